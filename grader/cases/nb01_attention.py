@@ -1,0 +1,117 @@
+"""Grading cases for notebook 01 (scaled dot-product attention).
+
+The visible cases come from ``tfcourse.checks.nb01_attention``; the hidden ones below compare
+with the reference solution on inputs drawn from the grader's seed: several batch/head shapes,
+T != S and T = 1, float64 (tight tolerance) and float32, fully masked rows and large logits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tfcourse.checks._calls import DEVICE, Call
+from tfcourse.checks._core import Case, Judge
+from tfcourse.checks.nb01_attention import EXERCISES, MISTAKES, visible_cases
+from tfcourse.device import make_generator
+
+__all__ = ["EXERCISES", "cases", "hidden_cases"]
+
+
+def _hidden(exercise: str, title: str, call: Call, seed: int, *, n: int = 1, names=None) -> Case:
+    def judge(j: Judge) -> None:
+        j.match_reference(n=n, names=names)
+
+    return Case(exercise, title, [call], judge, seed=seed, reference=True,
+                mistakes=MISTAKES[exercise], hidden=True)
+
+
+def _softmax(seed: int) -> list[Case]:
+    out = []
+    for i, (shape, dtype, dim, scale) in enumerate([
+        ((4, 7), torch.float64, -1, 5.0),
+        ((2, 3, 4, 6), torch.float32, 2, 1.0),
+        ((3, 5), torch.float64, 0, 400.0),  # logits in the hundreds
+    ]):
+        s = seed * 1000 + 100 + i
+        x = torch.randn(*shape, generator=make_generator(s), dtype=dtype) * scale
+        if i == 2:
+            x[:, 1] = float("-inf")  # one all -inf slice along dim 0
+        out.append(_hidden("softmax", f"hidden case {i + 1}: matches the reference", Call("softmax", (x,), {"dim": dim}), s))
+    return out
+
+
+def _jacobian(seed: int) -> list[Case]:
+    out = []
+    for i, (n, dtype) in enumerate([(6, torch.float64), (11, torch.float32), (1, torch.float64)]):
+        s = seed * 1000 + 200 + i
+        p = torch.softmax(torch.randn(n, generator=make_generator(s), dtype=dtype) * 2, -1)
+        out.append(_hidden("softmax_jacobian", f"hidden case {i + 1}: matches the reference",
+                           Call("softmax_jacobian", (p,)), s))
+    return out
+
+
+def _sdpa(seed: int) -> list[Case]:
+    out = []
+    name = "scaled_dot_product_attention"
+    shapes = [  # (batch dims, T, S, Dh, Dv, dtype, mask kind)
+        ((2, 4), 5, 9, 16, 16, torch.float64, "random"),
+        ((3,), 1, 7, 32, 8, torch.float32, None),
+        ((1, 2), 6, 6, 8, 8, torch.float64, "causal+empty"),
+        ((2, 2), 3, 5, 64, 64, torch.float32, "padding"),
+    ]
+    for i, (batch, t, s_len, dh, dv, dtype, kind) in enumerate(shapes):
+        s = seed * 1000 + 300 + i
+        g = make_generator(s)
+        q = torch.randn(*batch, t, dh, generator=g, dtype=dtype) * 2
+        k = torch.randn(*batch, s_len, dh, generator=g, dtype=dtype) * 2
+        v = torch.randn(*batch, s_len, dv, generator=g, dtype=dtype)
+        kwargs = {}
+        if kind == "random":
+            kwargs["mask"] = torch.rand(*batch, t, s_len, generator=g) > 0.5
+        elif kind == "causal+empty":
+            mask = torch.ones(t, s_len, dtype=torch.bool).tril(s_len - t)
+            mask[2] = False  # a query that may attend nothing
+            kwargs["mask"] = mask
+        elif kind == "padding":
+            lengths = torch.tensor([5, 2])
+            kwargs["mask"] = (torch.arange(s_len)[None, :] < lengths[:, None])[:, None, None, :]
+        out.append(_hidden(name, f"hidden case {i + 1}: matches the reference", Call(name, (q, k, v), kwargs), s,
+                           n=2, names=("out", "weights")))
+    return out
+
+
+def _causal(seed: int) -> list[Case]:
+    out = []
+    for i, (args, kwargs) in enumerate([((7,), {}), ((3, 8), {}), ((1,), {"t_k": 9}), ((4, 4), {"device": DEVICE})]):
+        out.append(_hidden("causal_mask", f"hidden case {i + 1}: matches the reference",
+                           Call("causal_mask", args, kwargs), seed))
+    return out
+
+
+def _padding(seed: int) -> list[Case]:
+    out = []
+    for i, b in enumerate([4, 1]):
+        s = seed * 1000 + 500 + i
+        t_k = 6
+        lengths = torch.randint(0, t_k + 1, (b,), generator=make_generator(s))
+        out.append(_hidden("padding_mask", f"hidden case {i + 1}: matches the reference",
+                           Call("padding_mask", (lengths, t_k)), s))
+    return out
+
+
+_HIDDEN = {
+    "softmax": _softmax,
+    "softmax_jacobian": _jacobian,
+    "scaled_dot_product_attention": _sdpa,
+    "causal_mask": _causal,
+    "padding_mask": _padding,
+}
+
+
+def hidden_cases(exercise: str, seed: int) -> list[Case]:
+    return _HIDDEN[exercise](seed)
+
+
+def cases(exercise: str, seed: int) -> list[Case]:
+    """Visible cases first (their feedback is what the learner already saw), then hidden ones."""
+    return visible_cases(exercise) + hidden_cases(exercise, seed)

@@ -1,0 +1,168 @@
+"""Grade submissions: find their notebooks, run their code in a child, judge here.
+
+``grade_submission`` returns the plain dict that the JSON report holds for one submission; the
+CLI (``python -m grader``) and the pytest entry point (``pytest grader --submission DIR``) both
+call it, so the two never disagree.
+
+Scoring rule (documented in docs/grading.md): an exercise earns its points (the ``points`` of
+its test cell in ``solutions/``) when every one of its cases passes, and 0 otherwise, the same
+all-or-nothing rule nbgrader applies to a test cell. Feedback reports how many cases passed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tfcourse.checks._calls import Outcome
+from tfcourse.checks._core import Case, judge_case
+from tfcourse.notebook import UnreadableNotebook, normalise_source, read_notebook, solution_cells
+
+from .cases import DEFAULT_SEED, reference_outcomes
+from .course import Notebook, load_course
+from .runner import ExerciseRun, Limits, run_notebook
+
+STATUSES = ("passed", "failed", "error", "timeout", "not_attempted", "missing")
+
+
+def find_notebooks(submission: Path, course: dict[str, Notebook]) -> dict[str, Path | None]:
+    """Map each course notebook to its file in ``submission`` (a folder or one .ipynb)."""
+    found: dict[str, Path | None] = dict.fromkeys(course)
+    if submission.is_file():
+        if submission.stem in course:
+            found[submission.stem] = submission
+        else:  # a renamed file: take the course notebook whose exercises it holds
+            try:
+                nb = read_notebook(submission)
+                best = max(course, key=lambda n: len(solution_cells(nb, [e.name for e in course[n].exercises])))
+                if solution_cells(nb, [e.name for e in course[best].exercises]):
+                    found[best] = submission
+            except UnreadableNotebook:
+                pass
+        return found
+    for name in course:
+        direct = submission / f"{name}.ipynb"
+        if direct.is_file():
+            found[name] = direct
+            continue
+        nested = sorted(p for p in submission.rglob(f"{name}.ipynb") if ".ipynb_checkpoints" not in p.parts)
+        found[name] = nested[0] if nested else None
+    return found
+
+
+def _exercise(name: str, status: str, points: float, feedback: str, score: float = 0.0, **extra) -> dict:
+    return {"exercise": name, "status": status, "score": score, "max_score": points, "feedback": feedback, **extra}
+
+
+def _memory_error(o: Outcome) -> bool:
+    text = o.error_message.lower()
+    return o.error_type == "MemoryError" or "can't allocate memory" in text or "out of memory" in text \
+        or "not enough memory" in text
+
+
+def _judge_run(nb: Notebook, name: str, points: float, run: ExerciseRun, cases: list[Case],
+               device: str, limits: Limits, notes: list[str]) -> dict:
+    note = "".join(f"\n  note: {n}" for n in notes)
+    if run.status == "timeout":
+        return _exercise(name, "timeout", points, f"✗ {name}: {run.message} (limit: --timeout {limits.timeout:g} s "
+                         f"per exercise). Is there an endless loop, or a very slow one?{note}")
+    if run.status == "crashed":
+        return _exercise(name, "error", points, f"✗ {name}: {run.message}{note}")
+    if run.status == "cell_error":
+        o = run.cell_error
+        if _memory_error(o):
+            return _exercise(name, "error", points, f"✗ {name}: memory limit exceeded ({limits.memory_mb} MiB) "
+                             f"while the cell ran{note}")
+        where = "the course's setup code failed" if o.error_cell == "<course setup>" else "the cell raised"
+        return _exercise(name, "error", points, f"✗ {name}: {where} {o.error_line()}{note}")
+    passed, first = 0, None
+    for case, outcomes in zip(cases, run.outcomes, strict=True):
+        for o in outcomes:
+            if o.kind == "error" and o.error_type == "NotImplementedError":
+                if o.error_cell in ("", f"<cell {name}>"):
+                    return _exercise(name, "not_attempted", points, f"{name}: not attempted (the stub still "
+                                     f"raises NotImplementedError){note}")
+                other = o.error_cell.removeprefix("<cell ").removesuffix(">")
+                return _exercise(name, "error", points, f"✗ {name}: it calls `{other}`, which is not "
+                                 f"implemented yet (NotImplementedError){note}")
+        expected = reference_outcomes(nb.name, case) if case.reference else None
+        result = judge_case(case, outcomes, expected, device)
+        if result.status == "passed":
+            passed += 1
+        elif first is None:
+            first = result
+    total = len(cases)
+    if first is None:
+        return _exercise(name, "passed", points, f"✓ {name}: all {total} checks passed{note}", score=points,
+                         cases_passed=passed, cases_total=total)
+    message = first.message
+    if first.error is not None and _memory_error(first.error):
+        message = f"✗ {name}: memory limit exceeded ({limits.memory_mb} MiB)\n" + "\n".join(message.splitlines()[1:])
+    status = "error" if first.status == "error" else "failed"
+    return _exercise(name, status, points, f"{message}\n  ({passed} of {total} checks passed){note}",
+                     cases_passed=passed, cases_total=total)
+
+
+def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limits, seed: int) -> dict:
+    names = [e.name for e in nb.exercises]
+    result = {"notebook": nb.name, "status": "graded", "score": 0.0, "max_score": nb.max_score,
+              "exercises": [], "output": ""}
+    if path is None:
+        result["status"] = "missing"
+        result["exercises"] = [_exercise(e.name, "missing", e.points, f"{nb.name}.ipynb is not in the submission")
+                               for e in nb.exercises]
+        return result
+    try:
+        submitted = read_notebook(path)
+    except UnreadableNotebook as exc:
+        result["status"] = "unreadable"
+        result["exercises"] = [_exercise(e.name, "error", e.points, f"✗ {e.name}: {exc}") for e in nb.exercises]
+        return result
+    cells = solution_cells(submitted, names)
+    verdicts: dict[str, dict] = {}
+    to_run: dict[str, str] = {}
+    for ex in nb.exercises:
+        cell = cells.get(ex.name)
+        if cell is None:
+            verdicts[ex.name] = _exercise(ex.name, "missing", ex.points, f"✗ {ex.name}: no cell with grade_id "
+                                          f"'{ex.name}' in {path.name} (deleted or renamed?)")
+        elif cell.kind != "code":
+            verdicts[ex.name] = _exercise(ex.name, "missing", ex.points, f"✗ {ex.name}: its cell is a "
+                                          f"{cell.kind} cell now; change it back to code")
+        elif normalise_source(cell.source) == normalise_source(ex.stub):
+            verdicts[ex.name] = _exercise(ex.name, "not_attempted", ex.points, f"{ex.name}: not attempted")
+        else:
+            to_run[ex.name] = cell.source
+    all_cells = {e.name: cells[e.name].source for e in nb.exercises
+                 if e.name in cells and cells[e.name].kind == "code"}
+    if to_run:
+        module = nb.cases_module()
+        cases = {name: module.cases(name, seed) for name in to_run}
+        run = run_notebook(nb.name, nb.setup, all_cells, cases, device=device, limits=limits, seed=seed)
+        result["output"] = run.output
+        for ex in nb.exercises:
+            if ex.name in to_run:
+                verdicts[ex.name] = _judge_run(nb, ex.name, ex.points, run.exercises[ex.name], cases[ex.name],
+                                               device, limits, cells[ex.name].notes)
+    result["exercises"] = [verdicts[e.name] for e in nb.exercises]
+    result["score"] = round(sum(v["score"] for v in result["exercises"]), 4)
+    return result
+
+
+def grade_submission(submission: str | Path, *, notebooks: list[str] | None = None, device: str = "cpu",
+                     limits: Limits | None = None, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """Grade one submission (a folder of notebooks, or one .ipynb). Always returns a row."""
+    limits = limits or Limits()
+    course = load_course()
+    chosen = {n: course[n] for n in (notebooks or course)}
+    path = Path(submission)
+    row: dict[str, Any] = {"submission": str(submission), "score": 0.0, "max_score": 0.0, "notebooks": []}
+    if not path.exists():
+        found = dict.fromkeys(chosen)
+    else:
+        found = find_notebooks(path, chosen)
+    for name, nb in chosen.items():
+        row["notebooks"].append(grade_notebook(nb, found[name], device=device, limits=limits, seed=seed))
+    row["score"] = round(sum(n["score"] for n in row["notebooks"]), 4)
+    row["max_score"] = round(sum(n["max_score"] for n in row["notebooks"]), 4)
+    return row

@@ -1,0 +1,297 @@
+"""How a check calls the code under test, and what it keeps of the answer.
+
+This module is the one piece of the checks that also runs inside the grader's sandboxed child
+process, so it depends on the standard library and torch only. A :class:`Call` is plain data
+(a target name, arguments, optional weights to load, an optional forward call), so the grader can
+send it to the child as JSON plus a safetensors file, and a notebook can run it in-process. Both
+return an :class:`Outcome`: the returned tensors (exact ``torch.Tensor`` only, never a subclass or
+an object that claims to be equal to something) or the exception that was raised.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = ["Call", "DEVICE", "TorchModule", "Outcome", "run_call", "TORCH_MODULES"]
+
+# An argument that stands for "the device the check runs on" (cpu in a notebook, the grader's
+# --device in the grader): ``Call("causal_mask", (4,), {"device": DEVICE})``.
+DEVICE = "$device"
+
+# torch.nn classes a case may build and hand to the code under test (e.g. mha_from_torch).
+TORCH_MODULES = ("MultiheadAttention", "Linear", "LayerNorm", "Embedding")
+
+
+@dataclass(frozen=True)
+class TorchModule:
+    """An argument built as ``torch.nn.<cls>(**kwargs)`` with ``state`` loaded (strict)."""
+
+    cls: str
+    kwargs: dict[str, Any]
+    state: dict[str, torch.Tensor]
+
+    def build(self, device: torch.device | str | None = None) -> torch.nn.Module:
+        if self.cls not in TORCH_MODULES:
+            raise ValueError(f"torch.nn.{self.cls} is not one of {TORCH_MODULES}")
+        module = getattr(torch.nn, self.cls)(**self.kwargs)
+        module.load_state_dict(self.state, strict=True)
+        return module.to(device).eval() if device is not None else module.eval()
+
+
+@dataclass(frozen=True)
+class Call:
+    """``result = target(*args, **kwargs)``; then optionally load ``state`` into the result
+    (an ``nn.Module``, strict names) and call it with ``forward_args``/``forward_kwargs``."""
+
+    target: str
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, torch.Tensor] | None = None
+    forward_args: tuple | None = None
+    forward_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def on_device(self) -> bool:
+        """Whether the answer should live on the run's device: a tensor argument or DEVICE
+        was passed. Otherwise (only Python numbers) new tensors belong on the CPU."""
+        values = list(self.args) + list(self.kwargs.values())
+        return any(isinstance(v, torch.Tensor | TorchModule) or v == DEVICE for v in values) or \
+            self.state is not None
+
+    def describe(self) -> str:
+        """A short, reproducible description of the inputs: shapes and dtypes, not values."""
+        parts = [_describe(a) for a in self.args]
+        parts += [f"{k}={_describe(v)}" for k, v in self.kwargs.items()]
+        text = f"{self.target}({', '.join(parts)})"
+        if self.state is not None:
+            text += " with weights loaded by name"
+        if self.forward_args is not None:
+            fparts = [_describe(a) for a in self.forward_args]
+            fparts += [f"{k}={_describe(v)}" for k, v in self.forward_kwargs.items()]
+            text += f"({', '.join(fparts)})"
+        return text
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).removeprefix("torch.")
+        return f"<{tuple(value.shape)} {dtype}>"
+    if isinstance(value, str) and value == DEVICE:
+        return "<device>"
+    if isinstance(value, TorchModule):
+        kw = ", ".join(f"{k}={v!r}" for k, v in value.kwargs.items())
+        return f"nn.{value.cls}({kw})"
+    if isinstance(value, tuple | list):
+        inner = ", ".join(_describe(v) for v in value)
+        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+    return repr(value)
+
+
+@dataclass
+class Outcome:
+    """What came back from one call.
+
+    kind: "tensor" (one tensor), "tuple" (a tuple/list of tensors), "error" (an exception was
+    raised) or "bad_type" (something that is not a plain tensor came back). ``devices`` keeps
+    where each tensor was before it was moved to the CPU for judging.
+    """
+
+    kind: str
+    tensors: list[torch.Tensor] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    error_type: str = ""
+    error_message: str = ""
+    error_cell: str = ""  # the file/cell name of the innermost frame that raised
+    type_name: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.kind in ("tensor", "tuple")
+
+    def error_line(self) -> str:
+        msg = self.error_message.strip().splitlines()
+        return f"{self.error_type}: {msg[-1]}" if msg else self.error_type
+
+
+def _materialize(value: Any, device: torch.device | str | None) -> Any:
+    if isinstance(value, str) and value == DEVICE:
+        return torch.device(device if device is not None else "cpu")
+    if isinstance(value, torch.Tensor):
+        return value.to(device).clone() if device is not None else value.clone()
+    if isinstance(value, TorchModule):
+        return value.build(device)
+    if isinstance(value, tuple):
+        return tuple(_materialize(v, device) for v in value)
+    if isinstance(value, list):
+        return [_materialize(v, device) for v in value]
+    if isinstance(value, dict):
+        return {k: _materialize(v, device) for k, v in value.items()}
+    return value
+
+
+def _is_plain_tensor(x: Any) -> bool:
+    return type(x) is torch.Tensor or type(x) is torch.nn.Parameter
+
+
+def _plain(x: torch.Tensor) -> torch.Tensor:
+    # A new plain tensor that owns its memory: nothing of the returned object survives.
+    return x.detach().cpu().clone().contiguous()
+
+
+def outcome_of(result: Any) -> Outcome:
+    """Keep plain tensors only; anything else is reported by its type name."""
+    if _is_plain_tensor(result):
+        return Outcome("tensor", [_plain(result)], [str(result.device)])
+    if type(result) in (tuple, list) and result and all(_is_plain_tensor(r) for r in result):
+        return Outcome("tuple", [_plain(r) for r in result], [str(r.device) for r in result])
+    if type(result) in (tuple, list):
+        inner = ", ".join(type(r).__name__ for r in result)
+        return Outcome("bad_type", type_name=f"{type(result).__name__} of ({inner})")
+    return Outcome("bad_type", type_name=f"{type(result).__module__}.{type(result).__qualname__}")
+
+
+def outcome_of_exception(exc: BaseException) -> Outcome:
+    frames = traceback.extract_tb(exc.__traceback__)
+    cell = frames[-1].filename if frames else ""
+    try:
+        message = str(exc)
+    except BaseException:  # an exception whose __str__ raises
+        message = "<unprintable message>"
+    return Outcome(
+        "error",
+        error_type=type(exc).__name__,
+        error_message=message[:2000],
+        error_cell=cell,
+    )
+
+
+def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str | None = None) -> Outcome:
+    """Run ``call`` against the objects in ``namespace``; never raises (except KeyboardInterrupt
+    in a notebook, so that the stop button still works)."""
+    target = namespace.get(call.target)
+    if target is None:
+        return Outcome("error", error_type="NameError", error_message=f"`{call.target}` is not defined")
+    try:
+        args = _materialize(call.args, device)
+        kwargs = _materialize(call.kwargs, device)
+        result = target(*args, **kwargs)
+        if call.state is not None:
+            if not isinstance(result, torch.nn.Module):
+                return Outcome("bad_type", type_name=f"{type(result).__name__} (expected an nn.Module)")
+            if device is not None:
+                result = result.to(device)
+            result.load_state_dict(_materialize(call.state, device), strict=True)
+        if call.forward_args is not None:
+            if not isinstance(result, torch.nn.Module):
+                return Outcome("bad_type", type_name=f"{type(result).__name__} (expected an nn.Module)")
+            result.eval()
+            with torch.no_grad():
+                result = result(*_materialize(call.forward_args, device),
+                                **_materialize(call.forward_kwargs, device))
+        return outcome_of(result)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit too: learner code must not end the check
+        return outcome_of_exception(exc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plain-data encoding: calls go to the grader's child as JSON + a safetensors file, outcomes
+# come back the same way. Nothing here can execute code when it is read.
+# ---------------------------------------------------------------------------------------------
+def call_to_json(call: Call, tensors: dict[str, torch.Tensor], prefix: str) -> dict:
+    """Encode ``call``; its tensors are added to ``tensors`` under keys starting with ``prefix``."""
+    counter = [0]
+
+    def enc(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            key = f"{prefix}_{counter[0]}"
+            counter[0] += 1
+            tensors[key] = value.detach().cpu().contiguous().clone()
+            return {"$t": key}
+        if isinstance(value, TorchModule):
+            return {"$m": value.cls, "kwargs": enc(value.kwargs), "state": enc(value.state)}
+        if isinstance(value, tuple):
+            return {"$tuple": [enc(v) for v in value]}
+        if isinstance(value, list):
+            return [enc(v) for v in value]
+        if isinstance(value, dict):
+            return {"$dict": {str(k): enc(v) for k, v in value.items()}}
+        if value is None or isinstance(value, bool | int | float | str):
+            return value
+        raise TypeError(f"cannot send {type(value).__name__} to the grader's child")
+
+    return {
+        "target": call.target,
+        "args": enc(call.args),
+        "kwargs": enc(call.kwargs),
+        "state": enc(call.state) if call.state is not None else None,
+        "forward_args": enc(call.forward_args) if call.forward_args is not None else None,
+        "forward_kwargs": enc(call.forward_kwargs),
+    }
+
+
+def call_from_json(spec: dict, tensors: dict[str, torch.Tensor]) -> Call:
+    def dec(value: Any) -> Any:
+        if isinstance(value, dict):
+            if "$t" in value:
+                return tensors[value["$t"]]
+            if "$m" in value:
+                return TorchModule(value["$m"], dec(value["kwargs"]), dec(value["state"]))
+            if "$tuple" in value:
+                return tuple(dec(v) for v in value["$tuple"])
+            if "$dict" in value:
+                return {k: dec(v) for k, v in value["$dict"].items()}
+            raise ValueError(f"unknown encoded value {sorted(value)}")
+        if isinstance(value, list):
+            return [dec(v) for v in value]
+        return value
+
+    return Call(
+        target=spec["target"],
+        args=dec(spec["args"]),
+        kwargs=dec(spec["kwargs"]),
+        state=dec(spec["state"]) if spec["state"] is not None else None,
+        forward_args=dec(spec["forward_args"]) if spec["forward_args"] is not None else None,
+        forward_kwargs=dec(spec["forward_kwargs"]),
+    )
+
+
+OUTCOME_KINDS = ("tensor", "tuple", "error", "bad_type")
+
+
+def outcome_to_json(outcome: Outcome, tensors: dict[str, torch.Tensor], prefix: str) -> dict:
+    keys = []
+    for i, t in enumerate(outcome.tensors):
+        keys.append(f"{prefix}_{i}")
+        tensors[keys[-1]] = t
+    return {"kind": outcome.kind, "tensors": keys, "devices": outcome.devices,
+            "error_type": outcome.error_type, "error_message": outcome.error_message,
+            "error_cell": outcome.error_cell, "type_name": outcome.type_name}
+
+
+def outcome_from_json(spec: Any, tensors: dict[str, torch.Tensor]) -> Outcome:
+    """Rebuild an Outcome from what a child wrote, validating every field's type.
+
+    Raises ValueError for anything malformed (the grader then reports a failed case)."""
+    if not isinstance(spec, dict) or spec.get("kind") not in OUTCOME_KINDS:
+        raise ValueError("malformed outcome")
+    keys, devices = spec.get("tensors", []), spec.get("devices", [])
+    if not (isinstance(keys, list) and isinstance(devices, list) and len(keys) == len(devices)):
+        raise ValueError("malformed outcome tensors")
+    found = []
+    for key in keys:
+        t = tensors.get(key) if isinstance(key, str) else None
+        if type(t) is not torch.Tensor:
+            raise ValueError(f"outcome tensor {key!r} is missing")
+        found.append(t)
+    text = {f: spec.get(f, "") for f in ("error_type", "error_message", "error_cell", "type_name")}
+    if not all(isinstance(v, str) for v in text.values()) or not all(isinstance(d, str) for d in devices):
+        raise ValueError("malformed outcome text")
+    if spec["kind"] in ("tensor", "tuple") and not found:
+        raise ValueError("an outcome with no tensors")
+    return Outcome(spec["kind"], found, [d[:32] for d in devices], text["error_type"][:200],
+                   text["error_message"][:2000], text["error_cell"][:200], text["type_name"][:200])

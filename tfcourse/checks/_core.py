@@ -1,0 +1,361 @@
+"""The machinery every check shares: cases, judging, feedback.
+
+A :class:`Case` is one property of one exercise ("rows sum to 1", "matches torch's SDPA", "output
+at position t does not change when later tokens change"), described as plain-data calls plus a
+``judge`` function. The same case is used three ways (architecture.md, principle 2):
+
+* in a notebook, ``check_<name>(fn)`` runs the calls in-process and judges them;
+* in nbgrader's test cell, the same ``check_<name>`` call decides the cell's points;
+* in the grader, the calls run in a sandboxed child process and only the returned plain tensors
+  come back; :func:`judge_case` then decides in the grading process, with the same messages.
+
+Feedback rules (architecture.md, principle 4): a failure says which property failed, the inputs to
+reproduce it (shapes, dtype, seed), shape before values, the largest difference, where, and the
+tolerance, and at most one hint naming the likely mistake, in at most 8 lines. Hints come from
+:class:`Mistake` entries: known wrong implementations that are run on the same inputs; when the
+learner's answer matches one of them, its hint is shown.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import torch
+
+from ._calls import Call, Outcome, run_call
+
+__all__ = [
+    "Case",
+    "CaseResult",
+    "CheckFailed",
+    "Judge",
+    "Mistake",
+    "judge_case",
+    "run_checks",
+    "tolerance",
+]
+
+MAX_LINES = 8
+
+
+class CheckFailed(AssertionError):
+    """A check did not pass. The message is the whole feedback (at most 8 lines)."""
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A known wrong implementation, with the hint shown when an answer behaves like it.
+
+    ``fn`` has the exercise's own signature (a function, or a class for module exercises).
+    """
+
+    name: str
+    hint: str
+    fn: Callable[..., Any]
+
+
+@dataclass
+class Case:
+    """One property of one exercise.
+
+    exercise: the graded name (the nbgrader grade_id). title: the property, one line.
+    calls: what to run. judge: ``judge(j: Judge) -> None``; it calls ``j.fail(...)`` to fail.
+    seed: the generator seed the inputs came from (reported for reproduction).
+    reference: when True the grader fills ``Judge.expected`` by running the same calls on the
+    reference solution (hidden cases). mistakes: catalogue entries that give hints.
+    """
+
+    exercise: str
+    title: str
+    calls: list[Call]
+    judge: Callable[[Judge], None]
+    seed: int | None = None
+    reference: bool = False
+    mistakes: Sequence[Mistake] = ()
+    hidden: bool = False
+
+    def inputs(self) -> str:
+        text = self.calls[0].describe() if self.calls else ""
+        if len(self.calls) > 1:
+            text += f" (+{len(self.calls) - 1} more call{'s' if len(self.calls) > 2 else ''})"
+        if self.seed is not None:
+            text += f"; seed {self.seed}"
+        return text
+
+
+@dataclass
+class CaseResult:
+    """status: "passed", "failed" or "error" (the code under test raised)."""
+
+    status: str
+    message: str = ""
+    error: Outcome | None = None
+
+
+class _CallRaised(Exception):
+    def __init__(self, outcome: Outcome):
+        self.outcome = outcome
+
+
+def tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """(atol, rtol) used to compare values of ``dtype`` with an oracle or the reference."""
+    if dtype == torch.float64:
+        return 1e-10, 1e-7
+    if dtype in (torch.float16, torch.bfloat16):
+        return 1e-2, 1e-2
+    return 1e-5, 1e-4
+
+
+def _fmt_shape(shape: Sequence[int]) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _fmt_dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _fmt_num(x: float) -> str:
+    return str(x) if math.isnan(x) or math.isinf(x) else f"{x:.6g}"
+
+
+class Judge:
+    """What a case's ``judge`` function sees: the outcomes and helpers that fail with good text."""
+
+    def __init__(self, case: Case, outcomes: list[Outcome], expected: list[Outcome] | None = None,
+                 device: str = "cpu"):
+        self.case = case
+        self.outcomes = outcomes
+        self.expected = expected
+        self.device = device
+
+    # -- failing ---------------------------------------------------------------------------
+    def fail(self, *lines: str, hint: str | None = None) -> NoReturn:
+        body = [f"✗ {self.case.exercise}: {self.case.title}", f"  inputs: {self.case.inputs()}"]
+        body += [f"  {line}" for line in lines if line]
+        if hint:
+            body.append(f"  hint: {hint}")
+        if len(body) > MAX_LINES:  # keep the hint, drop detail lines
+            keep = body[: MAX_LINES - (1 if hint else 0)]
+            body = keep + ([body[-1]] if hint else [])
+        raise CheckFailed("\n".join(body))
+
+    def require(self, condition: bool, *lines: str, hint: str | None = None, call: int = 0) -> None:
+        """Fail with ``lines`` unless ``condition``; use the mistake catalogue when no hint given."""
+        if not condition:
+            self.fail(*lines, hint=hint if hint is not None else self.mistake_hint(call))
+
+    # -- reading outcomes ------------------------------------------------------------------
+    def raised(self, call: int = 0) -> Outcome | None:
+        """The outcome if call ``call`` raised an exception, else None (no failure)."""
+        o = self.outcomes[call]
+        return o if o.kind == "error" else None
+
+    def values(self, call: int = 0, *, n: int = 1, names: Sequence[str] | None = None) -> list[torch.Tensor]:
+        """The tensors call ``call`` returned; n=1 means one tensor, n>1 a tuple of n tensors."""
+        o = self.outcomes[call]
+        if o.kind == "error":
+            raise _CallRaised(o)
+        want = "one torch.Tensor" if n == 1 else f"a tuple of {n} tensors ({', '.join(names or [])})"
+        if o.kind == "bad_type":
+            self.fail(f"returned {o.type_name}; expected {want}",
+                      hint="return plain torch.Tensor objects (not lists, numpy arrays or subclasses)")
+        got = len(o.tensors)
+        if (n == 1 and o.kind != "tensor") or (n > 1 and (o.kind != "tuple" or got != n)):
+            what = "one tensor" if o.kind == "tensor" else f"a tuple of {got} tensors"
+            self.fail(f"returned {what}; expected {want}")
+        return o.tensors
+
+    def tensor(self, call: int = 0, index: int = 0, *, n: int = 1, names: Sequence[str] | None = None,
+               shape: Sequence[int] | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """One returned tensor, after checking its shape, dtype and device (shape first)."""
+        t = self.values(call, n=n, names=names)[index]
+        name = names[index] if names else "output"
+        if shape is not None and tuple(t.shape) != tuple(shape):
+            self.fail(f"{name} has shape {_fmt_shape(t.shape)}; expected {_fmt_shape(shape)}",
+                      hint=self.mistake_hint(call, index, check_shape_only=True))
+        if dtype is not None and t.dtype != dtype:
+            self.fail(f"{name} has dtype {_fmt_dtype(t.dtype)}; expected {_fmt_dtype(dtype)} "
+                      "(return the dtype of the inputs)",
+                      hint="bool masks come from comparisons; float results should keep the input's "
+                           "dtype (don't create float32 tensors or call .float())"
+                      if dtype != torch.bool else "build the mask from comparisons, e.g. j <= i")
+        dev = self.outcomes[call].devices[index]
+        want = self.device if self.case.calls[call].on_device() else "cpu"
+        if torch.device(dev).type != torch.device(want).type:
+            self.fail(f"{name} is on {dev}; expected {want}, the device of the inputs",
+                      hint="create new tensors on the input's device (device=x.device)")
+        return t
+
+    def expected_tensor(self, call: int = 0, index: int = 0) -> torch.Tensor:
+        if self.expected is None:
+            raise RuntimeError("this case has no reference outcome (reference=False)")
+        o = self.expected[call]
+        if not o.ok:
+            raise RuntimeError(f"the reference solution failed on this case: {o.error_line()}")
+        return o.tensors[index]
+
+    # -- comparing -------------------------------------------------------------------------
+    def close(self, actual: torch.Tensor, expected: torch.Tensor, *, name: str = "output",
+              atol: float | None = None, rtol: float | None = None, call: int = 0, index: int = 0,
+              hint: str | None = None, oracle: str = "expected") -> None:
+        """Fail unless ``actual`` matches ``expected`` (shape first, then values, NaN-aware)."""
+        if tuple(actual.shape) != tuple(expected.shape):
+            self.fail(f"{name} has shape {_fmt_shape(actual.shape)}; expected {_fmt_shape(expected.shape)}",
+                      hint=hint or self.mistake_hint(call, index, check_shape_only=True))
+        d_atol, d_rtol = tolerance(expected.dtype if expected.is_floating_point() else actual.dtype)
+        atol = d_atol if atol is None else atol
+        rtol = d_rtol if rtol is None else rtol
+        if actual.dtype == torch.bool or expected.dtype == torch.bool:
+            a, e = actual.to(torch.bool), expected.to(torch.bool)
+            wrong = a != e
+            if wrong.any():
+                idx = tuple(int(i) for i in wrong.nonzero()[0])
+                self.fail(f"{name} shape {_fmt_shape(actual.shape)} ✓; {int(wrong.sum())} of {a.numel()} "
+                          f"entries differ, first at {list(idx)}: got {bool(a[idx])}, {oracle} {bool(e[idx])}",
+                          hint=hint or self.mistake_hint(call, index))
+            return
+        a = actual.detach().to(torch.float64)
+        e = expected.detach().to(torch.float64)
+        nan_a, nan_e = torch.isnan(a), torch.isnan(e)
+        if (nan_a & ~nan_e).any():
+            idx = tuple(int(i) for i in (nan_a & ~nan_e).nonzero()[0])
+            self.fail(f"{name} shape {_fmt_shape(actual.shape)} ✓; it holds NaN at {list(idx)} "
+                      f"where {oracle} is {_fmt_num(float(e[idx]))}",
+                      hint=hint or self.mistake_hint(call, index))
+        both_inf = torch.isinf(a) & torch.isinf(e) & (torch.sign(a) == torch.sign(e))
+        diff = torch.where(both_inf | (nan_a & nan_e), torch.zeros_like(a), (a - e).abs())
+        diff = torch.nan_to_num(diff, nan=math.inf)
+        allowed = atol + rtol * torch.nan_to_num(e.abs(), posinf=0.0)
+        bad = diff > allowed
+        if bad.any():
+            flat = int(torch.argmax(torch.where(bad, diff, torch.zeros_like(diff)).flatten()))
+            idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape)) if a.dim() else ()
+            self.fail(
+                f"{name} shape {_fmt_shape(actual.shape)} ✓; largest difference {_fmt_num(float(diff[idx]))} "
+                f"at {list(idx)}: got {_fmt_num(float(a[idx]))}, {oracle} {_fmt_num(float(e[idx]))}",
+                f"tolerance: atol {atol:g} + rtol {rtol:g}·|{oracle}| ({_fmt_dtype(expected.dtype)})",
+                hint=hint or self.mistake_hint(call, index),
+            )
+
+    def match_reference(self, *, n: int = 1, names: Sequence[str] | None = None,
+                        atol: float | None = None, rtol: float | None = None) -> None:
+        """Every call's tensors match the reference solution's (hidden cases)."""
+        for call in range(len(self.case.calls)):
+            exp = self.expected[call] if self.expected else None
+            if exp is not None and exp.kind == "error":
+                # the reference raises here: the answer must raise the same kind of error
+                got = self.raised(call)
+                self.require(got is not None and got.error_type == exp.error_type,
+                             f"expected {exp.error_type} ({exp.error_message.splitlines()[0][:80]}), "
+                             f"but {'it raised ' + got.error_type if got else 'nothing was raised'}",
+                             call=call)
+                continue
+            for index in range(n):
+                expected = self.expected_tensor(call, index)
+                actual = self.tensor(call, index, n=n, names=names, shape=tuple(expected.shape),
+                                     dtype=expected.dtype)
+                self.close(actual, expected, name=(names[index] if names else "output"),
+                           atol=atol, rtol=rtol, call=call, index=index, oracle="reference")
+
+    # -- hints -----------------------------------------------------------------------------
+    def mistake_hint(self, call: int = 0, index: int = 0, *, check_shape_only: bool = False) -> str | None:
+        """The hint of the first catalogued mistake that gives what the answer gave."""
+        o = self.outcomes[call]
+        if not o.ok or not self.case.mistakes:
+            return None
+        mine = o.tensors
+        for mistake in self.case.mistakes:
+            wrong = run_call(self.case.calls[call], {self.case.calls[call].target: mistake.fn})
+            if not wrong.ok or len(wrong.tensors) != len(mine):
+                continue
+            if _same(mine, wrong.tensors, shape_only=check_shape_only):
+                return mistake.hint
+        return None
+
+
+def _same(a: list[torch.Tensor], b: list[torch.Tensor], *, shape_only: bool) -> bool:
+    for x, y in zip(a, b, strict=True):
+        if x.shape != y.shape:
+            return False
+        if shape_only:
+            continue
+        if x.dtype == torch.bool or y.dtype == torch.bool:
+            if not torch.equal(x.bool(), y.bool()):
+                return False
+            continue
+        atol, rtol = tolerance(y.dtype if y.is_floating_point() else torch.float64)
+        if not torch.allclose(x.double(), y.double(), atol=atol * 10, rtol=rtol * 10, equal_nan=True):
+            return False
+    return True
+
+
+def judge_case(case: Case, outcomes: list[Outcome], expected: list[Outcome] | None = None,
+               device: str = "cpu") -> CaseResult:
+    """Decide one case from plain outcomes. Never runs the code under test."""
+    judge = Judge(case, outcomes, expected, device)
+    try:
+        case.judge(judge)
+    except CheckFailed as failure:
+        return CaseResult("failed", str(failure))
+    except _CallRaised as raised:
+        o = raised.outcome
+        msg = (f"✗ {case.exercise}: raised {o.error_line()}\n"
+               f"  while checking: {case.title}\n  inputs: {case.inputs()}")
+        return CaseResult("error", msg, error=o)
+    return CaseResult("passed")
+
+
+@dataclass
+class Summary:
+    passed: int = 0
+    total: int = 0
+    failure: CaseResult | None = None
+    results: list[CaseResult] = field(default_factory=list)
+
+
+def not_attempted(outcomes: list[Outcome]) -> bool:
+    return any(o.kind == "error" and o.error_type == "NotImplementedError" for o in outcomes)
+
+
+def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = True) -> Summary:
+    """Run ``cases`` in this process against ``obj``; raise :class:`CheckFailed` on the first
+    failure (the notebook cell then shows the message), print one line on success."""
+    summary = Summary(total=len(cases))
+    for case in cases:
+        outcomes = [run_call(c, {exercise: obj}) for c in case.calls]
+        if not_attempted(outcomes):
+            raise CheckFailed(f"✗ {exercise}: not attempted yet — replace `raise NotImplementedError()` "
+                              "with your code, then run this cell again")
+        result = judge_case(case, outcomes)
+        summary.results.append(result)
+        if result.status != "passed":
+            raise CheckFailed(result.message)
+        summary.passed += 1
+    if verbose:
+        print(f"✓ {exercise}: all {len(cases)} checks passed")
+    return summary
+
+
+def _install_notebook_display() -> None:
+    """In IPython, show a CheckFailed as its message only: feedback, not a stack trace.
+
+    The cell still ends in an error (nbgrader scores it 0); only the traceback text is replaced.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+
+    def _show(shell, etype, value, tb, tb_offset=None):
+        return str(value).splitlines()
+
+    shell.set_custom_exc((CheckFailed,), _show)
+
+
+_install_notebook_display()

@@ -1,0 +1,165 @@
+"""Reading course notebooks and submissions: which cell is which exercise.
+
+The grader uses this to take only the learner's solution cells out of a submission (matched by
+their nbgrader ``grade_id``), and the build uses it to find setup and solution cells of the
+source notebooks. Reading a notebook never executes anything.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+__all__ = [
+    "UnreadableNotebook",
+    "SolutionCell",
+    "read_notebook",
+    "solution_cells",
+    "setup_source",
+    "grade_points",
+    "strip_solution_markers",
+    "normalise_source",
+]
+
+MAX_NOTEBOOK_BYTES = 50 * 2**20
+SOLUTION_BEGIN = "### BEGIN SOLUTION"
+SOLUTION_END = "### END SOLUTION"
+HIDDEN_BEGIN = "### BEGIN HIDDEN TESTS"
+HIDDEN_END = "### END HIDDEN TESTS"
+
+
+class UnreadableNotebook(ValueError):
+    """The file is not a notebook we can read (invalid JSON, not a notebook, too large...)."""
+
+
+@dataclass
+class SolutionCell:
+    """The learner's cell for one exercise.
+
+    source: the code. note: what the reader had to do to find it (shown in feedback), e.g.
+    "2 cells carry grade_id 'softmax'; the last one counts". kind: "code" or another cell type
+    (a solution cell turned into markdown cannot be graded).
+    """
+
+    grade_id: str
+    source: str
+    kind: str = "code"
+    notes: list[str] = field(default_factory=list)
+
+
+def read_notebook(path: str | Path) -> Any:
+    """Read ``path`` as an nbformat-4 notebook (older versions are converted).
+
+    Raises UnreadableNotebook with one clear line for anything else.
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise UnreadableNotebook(f"cannot read {path.name}: {exc.strerror}") from None
+    if size > MAX_NOTEBOOK_BYTES:
+        raise UnreadableNotebook(f"{path.name} is {size / 2**20:.0f} MiB; notebooks over "
+                                 f"{MAX_NOTEBOOK_BYTES // 2**20} MiB are not graded")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UnreadableNotebook(f"{path.name} is not UTF-8 text (is it a notebook?)") from None
+    try:
+        nb = nbformat.reads(text, as_version=4)
+    except Exception as exc:  # nbformat raises several kinds for JSON and schema errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UnreadableNotebook(f"{path.name} is not a valid notebook: {first[:200]}") from None
+    if not isinstance(nb.get("cells"), list):
+        raise UnreadableNotebook(f"{path.name} has no list of cells")
+    return nb
+
+
+def _source(cell: Any) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def _nbgrader(cell: Any) -> dict:
+    meta = cell.get("metadata", {}) or {}
+    nbg = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
+    return nbg if isinstance(nbg, dict) else {}
+
+
+def _defined_names(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        # fall back to the def/class lines so a cell with a syntax error is still found
+        return set(re.findall(r"^(?:def|class)\s+([A-Za-z_]\w*)", source, flags=re.M))
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef)}
+
+
+def solution_cells(nb: Any, exercises: list[str]) -> dict[str, SolutionCell]:
+    """The cell for each exercise in ``exercises`` that ``nb`` has.
+
+    Matching is by nbgrader ``grade_id`` (the last cell wins when one is duplicated, and the
+    note says so). When no cell carries the grade_id (metadata stripped by an editor), the last
+    unlocked code cell that defines a function or class of that name is taken, with a note.
+    Exercises with neither are absent from the result (the grader reports them ``missing``).
+    """
+    found: dict[str, SolutionCell] = {}
+    counts: dict[str, int] = {}
+    for cell in nb.cells:
+        gid = _nbgrader(cell).get("grade_id")
+        if gid in exercises:
+            counts[gid] = counts.get(gid, 0) + 1
+            found[gid] = SolutionCell(gid, _source(cell), cell.get("cell_type", "code"))
+    for gid, n in counts.items():
+        if n > 1:
+            found[gid].notes.append(f"{n} cells carry grade_id '{gid}'; the last one counts")
+    for name in exercises:
+        if name in found:
+            continue
+        for cell in nb.cells:
+            nbg = _nbgrader(cell)
+            if cell.get("cell_type") != "code" or nbg.get("grade") or nbg.get("locked"):
+                continue
+            src = _source(cell)
+            if name in _defined_names(src):
+                found[name] = SolutionCell(name, src, "code",
+                                           [f"no cell carries grade_id '{name}' (nbgrader metadata was "
+                                            f"removed?); graded the cell that defines `{name}`"])
+    return found
+
+
+def setup_source(nb: Any) -> str:
+    """The course's setup code: the cells with ``metadata.tfcourse.setup`` true, in order."""
+    parts = []
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("tfcourse", {})
+        if cell.get("cell_type") == "code" and isinstance(meta, dict) and meta.get("setup"):
+            parts.append(_source(cell))
+    return "\n\n".join(parts)
+
+
+def grade_points(nb: Any) -> dict[str, float]:
+    """``{exercise: points}`` from the test cells ``test_<exercise>`` of a source notebook."""
+    points = {}
+    for cell in nb.cells:
+        nbg = _nbgrader(cell)
+        gid = nbg.get("grade_id", "")
+        if nbg.get("grade") and gid.startswith("test_"):
+            points[gid.removeprefix("test_")] = float(nbg.get("points", 0))
+    return points
+
+
+def strip_solution_markers(source: str) -> str:
+    """The solution with nbgrader's ``### BEGIN/END SOLUTION`` lines removed."""
+    return "\n".join(line for line in source.splitlines()
+                     if line.strip() not in (SOLUTION_BEGIN, SOLUTION_END)) + "\n"
+
+
+def normalise_source(source: str) -> str:
+    """Source with trailing spaces and blank lines removed: to compare a cell with its stub."""
+    lines = [line.rstrip() for line in source.replace("\r\n", "\n").split("\n")]
+    return "\n".join(line for line in lines if line)

@@ -1,0 +1,119 @@
+"""python -m grader: grade course notebooks, one submission or a whole class.
+
+Exit status: 0 whenever grading ran (whatever the scores), 2 for a usage error, 1 with one line
+on stderr when the grader itself could not do its job (no course files, no CUDA, unwritable
+report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .cases import DEFAULT_SEED
+from .runner import Limits
+
+DESCRIPTION = """\
+Grade Transformer-course notebooks against the reference solutions.
+
+A SUBMISSION is a folder holding one learner's notebooks under the course's file names
+(searched recursively, so nbgrader's submitted/<student>/<assignment>/ works), or one .ipynb.
+Default: notebooks/ (a learner checking their own progress). Several submissions = a batch;
+each gets its own row. Learner code runs in a separate process per notebook with the limits
+below; the verdict is decided in this process. See docs/grading.md.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = Limits()
+    p = argparse.ArgumentParser(prog="python -m grader", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("submissions", nargs="*", metavar="SUBMISSION", help="folders or .ipynb files (default: notebooks/)")
+    p.add_argument("--notebooks", metavar="NAMES", help="comma-separated notebooks to grade, e.g. 01_attention (default: all)")
+    p.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu", help="where learner code runs (default: cpu)")
+    p.add_argument("--timeout", type=float, default=d.timeout, metavar="SECONDS",
+                   help=f"wall-clock limit per exercise, enforced by killing the process group (default: {d.timeout:g})")
+    p.add_argument("--memory", type=int, default=None, metavar="MIB",
+                   help=f"address-space limit of the learner's process in MiB, 0 for none "
+                        f"(default: {d.memory_mb} on CPU, none with CUDA)")
+    p.add_argument("--output", type=int, default=d.output_kb, metavar="KIB",
+                   help=f"learner output kept per notebook, KiB; the rest is discarded (default: {d.output_kb})")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded in parallel (default: 1)")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"seed of the hidden cases (default: {DEFAULT_SEED})")
+    p.add_argument("--json", type=Path, metavar="FILE", help="write the JSON report")
+    p.add_argument("--csv", type=Path, metavar="FILE", help="write a CSV gradebook: one row per submission")
+    p.add_argument("--feedback", type=Path, metavar="DIR", help="write one feedback file per submission")
+    p.add_argument("--quiet", action="store_true", help="don't print the table")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.timeout <= 0 or args.jobs < 1 or args.output < 0 or (args.memory is not None and args.memory < 0):
+        parser.error("--timeout, --jobs must be positive; --memory, --output must be >= 0")
+
+    # Imported here so `--help` and usage errors are instant.
+    from tfcourse.device import get_device
+
+    from . import report as rep
+    from .course import CourseError, load_course
+    from .grading import grade_submission
+
+    try:
+        course = load_course()
+        device = str(get_device(args.device))
+    except (CourseError, RuntimeError) as exc:
+        print(f"grader: {exc}", file=sys.stderr)
+        return 1
+    notebooks = None
+    if args.notebooks:
+        notebooks = [n.strip().removesuffix(".ipynb") for n in args.notebooks.split(",") if n.strip()]
+        unknown = [n for n in notebooks if n not in course]
+        if unknown:
+            parser.error(f"unknown notebook(s) {', '.join(unknown)}; the course has {', '.join(course)}")
+    submissions = args.submissions or ["notebooks"]
+    for s in submissions:
+        if not Path(s).exists():
+            print(f"grader: warning: {s} does not exist; its row will show every notebook missing", file=sys.stderr)
+    memory = args.memory if args.memory is not None else (0 if device.startswith("cuda") else Limits().memory_mb)
+    limits = Limits(timeout=args.timeout, memory_mb=memory, output_kb=args.output)
+
+    def grade(s: str) -> dict:
+        return grade_submission(s, notebooks=notebooks, device=device, limits=limits, seed=args.seed)
+
+    if len(submissions) > 1:
+        from tqdm import tqdm
+
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            rows = list(tqdm(pool.map(grade, submissions), total=len(submissions), desc="grading",
+                             unit="submission", file=sys.stderr, disable=None))
+    else:
+        rows = [grade(submissions[0])]
+    report = {"submissions": rows, "seed": args.seed, "device": device,
+              "limits": {"timeout_s": limits.timeout, "memory_mb": limits.memory_mb, "output_kb": limits.output_kb}}
+
+    if not args.quiet:
+        print(rep.table(report))
+        if len(rows) == 1:  # a learner checking their progress: show what to fix
+            details = [ex["feedback"] for nb in rows[0]["notebooks"] for ex in nb["exercises"]
+                       if ex["status"] in ("failed", "error", "timeout")]
+            if details:
+                print("\n" + "\n\n".join(details))
+    try:
+        if args.json:
+            rep.write_json(report, args.json)
+        if args.csv:
+            rep.write_csv(report, args.csv)
+        if args.feedback:
+            rep.write_feedback(report, args.feedback)
+    except OSError as exc:
+        print(f"grader: could not write a report: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The shared check machinery: what comes back from a call, feedback text, plain-data transport."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tfcourse.checks import Call, CheckFailed, run_call
+from tfcourse.checks._calls import (
+    DEVICE,
+    TorchModule,
+    call_from_json,
+    call_to_json,
+    outcome_from_json,
+    outcome_to_json,
+)
+from tfcourse.checks._core import Case, Mistake, judge_case, run_checks
+
+
+class Sneaky(torch.Tensor):
+    def __eq__(self, other):  # claims equality with anything
+        return True
+
+
+class AlwaysEqual:
+    def __eq__(self, other):
+        return True
+
+    def __bool__(self):
+        return True
+
+
+def _case(fn_expected, **kw) -> Case:
+    x = torch.arange(6, dtype=torch.float64).reshape(2, 3)
+
+    def judge(j):
+        j.close(j.tensor(shape=(2, 3), dtype=torch.float64), fn_expected(x), oracle="oracle")
+
+    return Case("double", "doubles its input", [Call("double", (x,))], judge, seed=7, **kw)
+
+
+@pytest.mark.parametrize("answer", [
+    lambda x: x.as_subclass(Sneaky) * 2,
+    lambda x: AlwaysEqual(),
+    lambda x: (x * 2).tolist(),
+    lambda x: (x * 2).numpy(),
+])
+def test_only_plain_tensors_count(answer):
+    o = run_call(Call("double", (torch.ones(2),)), {"double": answer})
+    assert o.kind == "bad_type" and not o.ok
+    result = judge_case(_case(lambda x: 2 * x), [run_call(_case(lambda x: 2 * x).calls[0], {"double": answer})])
+    assert result.status == "failed" and "expected one torch.Tensor" in result.message
+
+
+def test_feedback_names_property_inputs_difference_tolerance_and_hint():
+    hint = "multiply by 2, not 3"
+    case = _case(lambda x: 2 * x, mistakes=(Mistake("triple", hint, lambda x: 3 * x),))
+    result = judge_case(case, [run_call(case.calls[0], {"double": lambda x: 3 * x})])
+    lines = result.message.splitlines()
+    assert result.status == "failed" and len(lines) <= 8
+    assert lines[0] == "✗ double: doubles its input"
+    assert "<(2, 3) float64>" in lines[1] and "seed 7" in lines[1]
+    assert "largest difference 5 at [1, 2]" in result.message and "atol 1e-10" in result.message
+    assert lines[-1] == f"  hint: {hint}"
+    # a different wrong answer gets no (misleading) hint
+    other = judge_case(case, [run_call(case.calls[0], {"double": lambda x: x + 1})])
+    assert "hint" not in other.message
+
+
+def test_shape_is_reported_before_values_and_nan_is_named():
+    case = _case(lambda x: 2 * x)
+    r = judge_case(case, [run_call(case.calls[0], {"double": lambda x: (2 * x).T})])
+    assert "shape (3, 2); expected (2, 3)" in r.message
+    r = judge_case(case, [run_call(case.calls[0], {"double": lambda x: torch.full_like(x, math.nan)})])
+    assert "NaN at [0, 0]" in r.message
+
+
+def test_exceptions_are_errors_and_sys_exit_does_not_escape():
+    case = _case(lambda x: 2 * x)
+
+    def leave(x):
+        raise SystemExit(3)
+
+    r = judge_case(case, [run_call(case.calls[0], {"double": leave})])
+    assert r.status == "error" and "SystemExit" in r.message
+    with pytest.raises(CheckFailed, match="not attempted"):
+        run_checks("double", lambda x: (_ for _ in ()).throw(NotImplementedError()), [case])
+
+
+def test_run_checks_prints_one_line(capsys):
+    run_checks("double", lambda x: x * 2, [_case(lambda x: 2 * x)])
+    assert capsys.readouterr().out == "✓ double: all 1 checks passed\n"
+
+
+def test_calls_round_trip_as_plain_data():
+    lin = torch.nn.Linear(3, 2)
+    call = Call("f", (torch.randn(2, 3), 4, None, (1.5, "a")), {"mask": torch.ones(2, dtype=torch.bool),
+                "device": DEVICE}, state={"w": torch.zeros(2)},
+                forward_args=(TorchModule("Linear", {"in_features": 3, "out_features": 2}, lin.state_dict()),))
+    tensors: dict = {}
+    spec = call_to_json(call, tensors, "p")
+    back = call_from_json(__import__("json").loads(__import__("json").dumps(spec)), tensors)
+    assert back.target == "f" and back.args[1:3] == (4, None) and back.args[3] == (1.5, "a")
+    assert torch.equal(back.args[0], call.args[0]) and back.kwargs["device"] == DEVICE
+    assert isinstance(back.forward_args[0], TorchModule) and back.forward_args[0].build()(torch.ones(1, 3)).shape == (1, 2)
+
+
+def test_outcomes_from_a_child_are_validated():
+    o = run_call(Call("f", (torch.ones(2),)), {"f": lambda x: (x, x + 1)})
+    tensors: dict = {}
+    spec = outcome_to_json(o, tensors, "c")
+    back = outcome_from_json(spec, tensors)
+    assert back.kind == "tuple" and torch.equal(back.tensors[1], torch.full((2,), 2.0))
+    for forged in ({"kind": "passed"}, {**spec, "tensors": ["nope"]}, {**spec, "devices": []},
+                   {**spec, "error_type": 3}, "tensor", {"kind": "tensor", "tensors": [], "devices": []}):
+        with pytest.raises(ValueError):
+            outcome_from_json(forged, tensors)
+
+
+def test_torch_module_arguments_are_whitelisted():
+    with pytest.raises(ValueError, match="not one of"):
+        TorchModule("Module", {}, {}).build()

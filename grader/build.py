@@ -26,15 +26,12 @@ import nbformat
 
 from tfcourse.notebook import grade_points, setup_source, strip_solution_markers
 
+from .names import module_name
+
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
 NOTEBOOKS = ROOT / "notebooks"
 REFERENCE = ROOT / "tfcourse" / "reference"
-
-
-def module_name(notebook: str) -> str:
-    """'01_attention' -> 'nb01_attention' (a module name cannot start with a digit)."""
-    return f"nb{notebook}"
 
 
 def release(source_nb) -> nbformat.NotebookNode:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from types import ModuleType
 
 from tfcourse.notebook import grade_points, read_notebook, setup_source, solution_cells

@@ -14,7 +14,7 @@ from typing import Any
 from tfcourse.checks._calls import run_call
 from tfcourse.checks._core import Case, CheckFailed, judge_case, not_attempted
 
-from ..build import module_name
+from ..names import module_name
 
 DEFAULT_SEED = 0
 

@@ -44,6 +44,11 @@ MAX_LINES = 8
 class CheckFailed(AssertionError):
     """A check did not pass. The message is the whole feedback (at most 8 lines)."""
 
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows this instead of a stack trace: feedback, not a traceback. The cell still
+        # ends in an error, so nbgrader scores it 0.
+        return str(self).splitlines()
+
 
 @dataclass(frozen=True)
 class Mistake:
@@ -337,25 +342,3 @@ def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = Tr
     if verbose:
         print(f"✓ {exercise}: all {len(cases)} checks passed")
     return summary
-
-
-def _install_notebook_display() -> None:
-    """In IPython, show a CheckFailed as its message only: feedback, not a stack trace.
-
-    The cell still ends in an error (nbgrader scores it 0); only the traceback text is replaced.
-    """
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return
-    shell = get_ipython()
-    if shell is None:
-        return
-
-    def _show(shell, etype, value, tb, tb_offset=None):
-        return str(value).splitlines()
-
-    shell.set_custom_exc((CheckFailed,), _show)
-
-
-_install_notebook_display()

@@ -3,7 +3,7 @@
 Each ``check_<name>(fn)`` runs the visible cases of exercise ``<name>`` in this process and prints
 one line when they pass; the grader runs the same cases (plus hidden ones that compare with the
 reference solution) in a sandbox. Visible cases judge with oracles that do not hand out the
-answer: PyTorch built-ins (``torch.softmax``, ``torch.func.jacrev``,
+answer: PyTorch built-ins (``torch.softmax``, ``torch.autograd.functional.jacobian``,
 ``F.scaled_dot_product_attention``, ``torch.tril``) and properties (rows sum to 1, causality,
 no NaN on fully masked rows). ``MISTAKES`` is the catalogue of known wrong implementations whose
 hints the feedback shows.
@@ -277,9 +277,10 @@ def _jacobian_cases() -> list[Case]:
 
     def matches_autodiff(j: Judge, z=z, p=p):
         got = j.tensor(shape=(5, 5), dtype=p.dtype)
-        j.close(got, torch.func.jacrev(lambda t: torch.softmax(t, -1))(z), oracle="torch.func.jacrev")
+        j.close(got, torch.autograd.functional.jacobian(lambda t: torch.softmax(t, -1), z),
+                oracle="autograd jacobian")
 
-    cases.append(_case("softmax_jacobian", "matches torch.func.jacrev of softmax",
+    cases.append(_case("softmax_jacobian", "matches autograd's Jacobian of softmax",
                        [Call("softmax_jacobian", (p,))], matches_autodiff, seed=201))
 
     p2 = torch.softmax(torch.tensor([2.0, 0.0]), -1)

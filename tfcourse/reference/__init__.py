@@ -1,0 +1,7 @@
+"""Reference components exported from the solution notebooks by `python -m grader.build`.
+
+Later notebooks import earlier notebooks' components from here, so a learner who is stuck
+on one notebook can still do the next. GENERATED: do not edit.
+"""
+
+NOTEBOOKS = ["01_attention"]

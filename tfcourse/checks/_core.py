@@ -182,10 +182,9 @@ class Judge:
             self.fail(f"{name} has shape {_fmt_shape(t.shape)}; expected {_fmt_shape(shape)}",
                       hint=self.mistake_hint(call, index, check_shape_only=True))
         if dtype is not None and t.dtype != dtype:
-            self.fail(f"{name} has dtype {_fmt_dtype(t.dtype)}; expected {_fmt_dtype(dtype)} "
-                      "(return the dtype of the inputs)",
-                      hint="bool masks come from comparisons; float results should keep the input's "
-                           "dtype (don't create float32 tensors or call .float())"
+            want = "a bool mask" if dtype == torch.bool else "the dtype of the inputs"
+            self.fail(f"{name} has dtype {_fmt_dtype(t.dtype)}; expected {_fmt_dtype(dtype)} ({want})",
+                      hint="float results keep the input's dtype (don't create float32 tensors or call .float())"
                       if dtype != torch.bool else "build the mask from comparisons, e.g. j <= i")
         dev = self.outcomes[call].devices[index]
         want = self.device if self.case.calls[call].on_device() else "cpu"

@@ -306,6 +306,17 @@ def _jacobian_cases() -> list[Case]:
 
     cases.append(_case("softmax_jacobian", "is symmetric with rows summing to 0 (float32)",
                        [Call("softmax_jacobian", (p3,))], properties, seed=202))
+    batch = torch.softmax(torch.randn(2, 3, generator=make_generator(203), dtype=torch.float64), -1)
+
+    def rejects_matrix(j: Judge):
+        got = j.raised()
+        j.require(got is not None and got.error_type == "ValueError",
+                  "p of shape (2, 3) is not a vector; expected ValueError, but "
+                  + (f"it raised {got.error_line()[:80]}" if got else "nothing was raised"),
+                  hint="check p.dim() == 1 first and raise ValueError otherwise (the shape contract)")
+
+    cases.append(_case("softmax_jacobian", "raises ValueError when p is not 1-D",
+                       [Call("softmax_jacobian", (batch,))], rejects_matrix, seed=203))
     return cases
 
 
@@ -414,6 +425,17 @@ def _causal_cases() -> list[Case]:
 
     cases.append(_case("causal_mask", "T = 1, S = 4 (one decode step) sees every key",
                        [Call("causal_mask", (1,), {"t_k": 4, "device": DEVICE})], decode))
+
+    def rejects_fewer_keys(j: Judge):
+        got = j.raised()
+        j.require(got is not None and got.error_type == "ValueError",
+                  "T = 4 queries but S = 2 keys; expected ValueError, but "
+                  + (f"it raised {got.error_line()[:80]}" if got else "nothing was raised"),
+                  hint="S counts the cached keys plus the T new ones, so S >= T: raise ValueError "
+                       "when t_k < t_q")
+
+    cases.append(_case("causal_mask", "raises ValueError when S < T (t_q = 4, t_k = 2)",
+                       [Call("causal_mask", (4, 2))], rejects_fewer_keys))
     return cases
 
 

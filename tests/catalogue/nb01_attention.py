@@ -1,0 +1,442 @@
+"""Wrong and correct implementations of notebook 01's exercises, written as learners write them.
+
+Each source is a whole solution cell; it runs after the course's setup cell (``math``, ``torch``,
+``F`` are defined). Wrong entries are plausible attempts (they run and mostly return the right
+types); ``hint`` is the substring of the catalogued hint (``tfcourse.checks.nb01_attention.MISTAKES``
+or the generic shape/dtype hints) the feedback should show, None when no hint fits.
+"""
+
+from __future__ import annotations
+
+from textwrap import dedent
+
+from tests.catalogue import Entry
+
+NOTEBOOK = "01_attention"
+
+
+def _e(name: str, source: str, hint: str | None = None) -> Entry:
+    return Entry(name, dedent(source).lstrip("\n"), hint)
+
+
+WRONG: dict[str, list[Entry]] = {
+    "softmax": [
+        _e("no max shift", '''
+            def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                exps = torch.exp(x)
+                return exps / torch.sum(exps, dim=dim, keepdim=True)
+            ''', hint="subtract the max along `dim`"),
+        _e("nan on all -inf slice", '''
+            def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                # subtract the max for stability
+                shifted = x - x.max(dim=dim, keepdim=True).values
+                e = shifted.exp()
+                return e / e.sum(dim=dim, keepdim=True)
+            ''', hint="an all -inf slice gives 0/0 = nan"),
+        _e("hard-coded last axis", '''
+            def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                m = x.max(-1, keepdim=True).values
+                m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+                e = torch.exp(x - m)
+                s = e.sum(-1, keepdim=True)
+                return torch.where(s > 0, e / s, torch.zeros_like(e))
+            ''', hint="use the `dim` argument"),
+        _e("normalised over the whole tensor", '''
+            def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                z = x - x.max()
+                numerator = torch.exp(z)
+                denominator = numerator.sum()
+                return numerator / denominator
+            ''', hint="normalise each slice along `dim`"),
+        _e("sum without keepdim", '''
+            def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                x_max = torch.amax(x, dim=dim, keepdim=True)
+                x_max[~torch.isfinite(x_max)] = 0
+                e = torch.exp(x - x_max)
+                return e / e.sum(dim=dim)
+            ''', hint=None),
+        _e("casts to float32", '''
+            def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                x = x.float()  # work in float to be safe
+                x_max = x.amax(dim=dim, keepdim=True)
+                x_max = torch.nan_to_num(x_max, neginf=0.0)
+                e = torch.exp(x - x_max)
+                total = e.sum(dim=dim, keepdim=True)
+                return torch.where(total > 0, e / total, 0.0)
+            ''', hint="keep the input's dtype"),
+        _e("clamps -inf to -1e9 (uniform rows)", '''
+            def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                x = x.clamp(min=-1e9)  # avoid -inf - -inf
+                x = x - x.max(dim=dim, keepdim=True).values
+                return x.exp() / x.exp().sum(dim=dim, keepdim=True)
+            ''', hint=None),
+    ],
+    "softmax_jacobian": [
+        _e("p squared instead of outer product", '''
+            def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
+                # J = diag(p) - p p^T
+                return torch.diag_embed(p) - p ** 2
+            ''', hint="torch.outer(p, p), not p * p"),
+        _e("diagonal only (loop)", '''
+            def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
+                n = p.shape[0]
+                J = p.new_zeros(n, n)
+                for i in range(n):
+                    J[i, i] = p[i] * (1 - p[i])
+                return J
+            ''', hint="off-diagonal entries are -p_i p_j"),
+        _e("sign flipped", '''
+            def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
+                pp = p[:, None] * p[None, :]
+                return pp - torch.diag_embed(p)
+            ''', hint="the sign is flipped"),
+        _e("no ValueError for a 2-D p", '''
+            def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
+                return torch.diag(p) - torch.outer(p, p)
+            ''', hint="ValueError"),
+        _e("p_i (1 - p_j) everywhere", '''
+            def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
+                n = len(p)
+                J = torch.empty(n, n, dtype=p.dtype)
+                for i in range(n):
+                    for j in range(n):
+                        J[i, j] = p[i] * (1 - p[j])
+                return J
+            ''', hint="p_i(1-p_i) holds on the diagonal only"),
+        _e("treats p as logits", '''
+            def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
+                s = torch.softmax(p, dim=0)
+                return torch.diag(s) - torch.outer(s, s)
+            ''', hint=None),
+        _e("float32 zeros buffer", '''
+            def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
+                n = p.numel()
+                J = torch.zeros(n, n)
+                for i in range(n):
+                    for j in range(n):
+                        J[i, j] = p[i] * ((1.0 if i == j else 0.0) - p[j])
+                return J
+            ''', hint="keep the input's dtype"),
+    ],
+    "scaled_dot_product_attention": [
+        _e("no 1/sqrt(Dh) scale", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                scores = torch.matmul(q, k.transpose(-2, -1))
+                if mask is not None:
+                    scores = scores.masked_fill(~mask, float("-inf"))
+                weights = torch.softmax(scores, dim=-1)
+                if mask is not None:
+                    weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+                return weights @ v, weights
+            ''', hint="divide the scores by sqrt(Dh)"),
+        _e("divides by Dh", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                d = q.shape[-1]
+                scores = q @ k.mT / d
+                if mask is not None:
+                    scores = torch.where(mask, scores, float("-inf"))
+                    weights = torch.nan_to_num(scores.softmax(-1), nan=0.0)
+                else:
+                    weights = scores.softmax(-1)
+                return weights @ v, weights
+            ''', hint="not by Dh"),
+        _e("softmax over the queries", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+                if mask is not None:
+                    scores = scores.masked_fill(mask == 0, -math.inf)
+                weights = F.softmax(scores, dim=-2)
+                out = weights @ v
+                return out, weights
+            ''', hint="softmax over the keys"),
+        _e("inverted mask polarity", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+                if mask is not None:
+                    scores = scores.masked_fill(mask, float("-inf"))  # hide the masked positions
+                weights = torch.softmax(scores, dim=-1)
+                weights = torch.nan_to_num(weights)
+                return weights @ v, weights
+            ''', hint="True means 'may attend'"),
+        _e("masked scores multiplied to 0", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+                if mask is not None:
+                    scores = scores * mask  # zero out the positions we may not attend
+                weights = torch.softmax(scores, dim=-1)
+                return weights @ v, weights
+            ''', hint="fill blocked scores with -inf, not 0"),
+        _e("NaN on fully masked rows", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                d_k = q.size(-1)
+                scores = torch.einsum("...td,...sd->...ts", q, k) / d_k ** 0.5
+                if mask is not None:
+                    scores = scores.masked_fill(~mask, float("-inf"))
+                weights = scores.softmax(dim=-1)
+                return weights @ v, weights
+            ''', hint="a query with no allowed key"),
+        _e("-1e9 instead of -inf (uniform empty rows)", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+                if mask is not None:
+                    scores = scores.masked_fill(~mask, -1e9)
+                weights = torch.softmax(scores, dim=-1)
+                return weights @ v, weights
+            ''', hint=None),
+        _e("returns only out", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+                if mask is not None:
+                    scores = scores.masked_fill(~mask, float("-inf"))
+                weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+                return weights @ v
+            ''', hint=None),
+        _e("k.T (only works in 2-D)", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                scores = q @ k.T / math.sqrt(q.shape[-1])
+                if mask is not None:
+                    scores = scores.masked_fill(~mask, float("-inf"))
+                weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+                return weights @ v, weights
+            ''', hint=None),
+    ],
+    "causal_mask": [
+        _e("top-left aligned tril", '''
+            def causal_mask(t_q, t_k=None, *, device=None):
+                if t_k is None:
+                    t_k = t_q
+                return torch.tril(torch.ones(t_q, t_k, dtype=torch.bool, device=device))
+            ''', hint="align the mask bottom-right"),
+        _e("True marks the blocked keys", '''
+            def causal_mask(t_q, t_k=None, *, device=None):
+                t_k = t_k or t_q
+                ones = torch.ones(t_q, t_k, dtype=torch.bool, device=device)
+                return torch.triu(ones, diagonal=t_k - t_q + 1)  # future positions
+            ''', hint="True means 'may attend'"),
+        _e("strict inequality", '''
+            def causal_mask(t_q, t_k=None, *, device=None):
+                t_k = t_q if t_k is None else t_k
+                i = torch.arange(t_q, device=device).unsqueeze(1)
+                j = torch.arange(t_k, device=device).unsqueeze(0)
+                return j < i + (t_k - t_q)
+            ''', hint="may attend its own position too"),
+        _e("no ValueError when S < T", '''
+            def causal_mask(t_q, t_k=None, *, device=None):
+                t_k = t_q if t_k is None else t_k
+                allowed = torch.ones(t_q, t_k, dtype=torch.bool, device=device)
+                return allowed.tril(diagonal=t_k - t_q)
+            ''', hint="ValueError"),
+        _e("rows and columns swapped", '''
+            def causal_mask(t_q, t_k=None, *, device=None):
+                t_k = t_q if t_k is None else t_k
+                rows = torch.arange(t_k, device=device)[:, None]
+                cols = torch.arange(t_q, device=device)[None, :]
+                return rows <= cols + (t_k - t_q)
+            ''', hint="rows are queries, columns keys"),
+        _e("float 0/1 mask", '''
+            def causal_mask(t_q, t_k=None, *, device=None):
+                t_k = t_q if t_k is None else t_k
+                return torch.ones(t_q, t_k, device=device).tril(diagonal=t_k - t_q)
+            ''', hint="build the mask from comparisons"),
+        _e("additive -inf mask", '''
+            def causal_mask(t_q, t_k=None, *, device=None):
+                t_k = t_q if t_k is None else t_k
+                blocked = torch.full((t_q, t_k), float("-inf"), device=device)
+                return torch.triu(blocked, diagonal=t_k - t_q + 1)  # 0 where allowed, -inf elsewhere
+            ''', hint="build the mask from comparisons"),
+        _e("t_k default not handled", '''
+            def causal_mask(t_q, t_k=None, *, device=None):
+                offset = t_k - t_q
+                return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(offset)
+            ''', hint=None),
+    ],
+    "padding_mask": [
+        _e("True marks padding", '''
+            def padding_mask(lengths, t_k):
+                positions = torch.arange(t_k, device=lengths.device)
+                is_pad = positions.unsqueeze(0) >= lengths.unsqueeze(1)  # (B, S)
+                return is_pad[:, None, None, :]
+            ''', hint="True for real keys j < lengths[b]"),
+        _e("returns (B, S)", '''
+            def padding_mask(lengths, t_k):
+                B = lengths.shape[0]
+                j = torch.arange(t_k, device=lengths.device).expand(B, t_k)
+                return j < lengths.unsqueeze(-1)
+            ''', hint="return shape (B, 1, 1, S)"),
+        _e("off by one (<=)", '''
+            def padding_mask(lengths, t_k):
+                j = torch.arange(t_k, device=lengths.device)
+                mask = j[None, :] <= lengths[:, None]
+                return mask.view(len(lengths), 1, 1, t_k)
+            ''', hint="use j < lengths[b]"),
+        _e("masks the query axis", '''
+            def padding_mask(lengths, t_k):
+                j = torch.arange(t_k, device=lengths.device)
+                mask = j[None, :] < lengths[:, None]  # (B, S)
+                return mask.unsqueeze(1).unsqueeze(-1)
+            ''', hint="padding hides keys"),
+        _e("left padding (real keys at the end)", '''
+            def padding_mask(lengths, t_k):
+                j = torch.arange(t_k, device=lengths.device)
+                real = j[None, :] >= (t_k - lengths)[:, None]  # the last lengths[b] keys are real
+                return real[:, None, None, :]
+            ''', hint=None),
+        _e("float mask", '''
+            def padding_mask(lengths, t_k):
+                j = torch.arange(t_k, device=lengths.device)
+                return (j[None, :] < lengths[:, None]).float()[:, None, None, :]
+            ''', hint="build the mask from comparisons"),
+        _e("width from lengths.max() instead of t_k", '''
+            def padding_mask(lengths, t_k):
+                j = torch.arange(int(lengths.max()), device=lengths.device)
+                return (j[None, :] < lengths[:, None])[:, None, None, :]
+            ''', hint=None),
+    ],
+}
+
+
+CORRECT: dict[str, list[Entry]] = {
+    "softmax": [
+        _e("own stable softmax with clamped denominator", '''
+            def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                m = x.max(dim=dim, keepdim=True).values
+                m = m.masked_fill(m == float("-inf"), 0.0)  # all -inf slice: shift by 0
+                e = (x - m).exp()
+                s = e.sum(dim=dim, keepdim=True)
+                return e / s.clamp_min(torch.finfo(x.dtype).tiny)  # 0 / tiny = 0 on empty slices
+            '''),
+        _e("torch.softmax then nan_to_num", '''
+            def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                return torch.nan_to_num(torch.softmax(x, dim=dim), nan=0.0)
+            '''),
+        _e("logsumexp", '''
+            def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                lse = torch.logsumexp(x, dim=dim, keepdim=True)
+                safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+                return torch.where(torch.isfinite(lse), torch.exp(x - safe), torch.zeros_like(x))
+            '''),
+        _e("float64 then cast back", '''
+            def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                x64 = x.double()
+                shift = x64.amax(dim=dim, keepdim=True).nan_to_num(neginf=0.0)
+                e = torch.exp(x64 - shift)
+                s = e.sum(dim=dim, keepdim=True)
+                p = torch.where(s == 0, torch.zeros_like(e), e / s)
+                return p.to(x.dtype)
+            '''),
+    ],
+    "softmax_jacobian": [
+        _e("broadcasting", '''
+            def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
+                if p.ndim != 1:
+                    raise ValueError("p must be 1-D")
+                return p.diag() - p[:, None] @ p[None, :]
+            '''),
+        _e("einsum with eye", '''
+            def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
+                if len(p.shape) != 1:
+                    raise ValueError(f"expected a vector, got shape {tuple(p.shape)}")
+                eye = torch.eye(p.shape[0], dtype=p.dtype, device=p.device)
+                return torch.einsum("i,ij->ij", p, eye) - torch.einsum("i,j->ij", p, p)
+            '''),
+        _e("autodiff through softmax(log p)", '''
+            def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
+                if p.dim() != 1:
+                    raise ValueError("softmax_jacobian takes one probability vector")
+                # softmax(log p) = p, so the Jacobian at z = log p is the one we want
+                return torch.func.jacrev(lambda z: torch.softmax(z, dim=-1))(torch.log(p))
+            '''),
+    ],
+    "scaled_dot_product_attention": [
+        _e("einsum", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                scores = torch.einsum("...td,...sd->...ts", q, k) / math.sqrt(q.shape[-1])
+                if mask is not None:
+                    scores = scores.masked_fill(~mask, float("-inf"))
+                weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+                out = torch.einsum("...ts,...sv->...tv", weights, v)
+                return out, weights
+            '''),
+        _e("scale q before the matmul", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                q = q * q.size(-1) ** -0.5
+                scores = q @ k.transpose(-2, -1)
+                if mask is not None:
+                    scores = torch.where(mask, scores, float("-inf"))
+                weights = torch.softmax(scores, dim=-1)
+                if mask is not None:
+                    weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+                return weights @ v, weights
+            '''),
+        _e("float64 then cast back", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                dtype = q.dtype
+                q, k, v = q.double(), k.double(), v.double()
+                scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+                if mask is not None:
+                    scores = scores.masked_fill(mask.logical_not(), float("-inf"))
+                weights = torch.softmax(scores, dim=-1)
+                weights = torch.where(torch.isnan(weights), 0.0, weights)
+                return (weights @ v).to(dtype), weights.to(dtype)
+            '''),
+        _e("own softmax with masked_fill", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                scores = q @ k.transpose(-2, -1) / math.sqrt(k.size(-1))
+                if mask is not None:
+                    scores = scores.masked_fill(~mask, float("-inf"))
+                m = scores.amax(dim=-1, keepdim=True)
+                m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+                e = torch.exp(scores - m)
+                denom = e.sum(dim=-1, keepdim=True)
+                weights = e / torch.where(denom > 0, denom, torch.ones_like(denom))
+                return weights @ v, weights
+            '''),
+    ],
+    "causal_mask": [
+        _e("tril with diagonal=S-T", '''
+            def causal_mask(t_q, t_k=None, *, device=None):
+                t_k = t_q if t_k is None else t_k
+                if t_k < t_q:
+                    raise ValueError("t_k must be >= t_q")
+                return torch.tril(torch.ones(t_q, t_k, dtype=torch.bool, device=device), diagonal=t_k - t_q)
+            '''),
+        _e("not of triu", '''
+            def causal_mask(t_q, t_k=None, *, device=None):
+                if t_k is None:
+                    t_k = t_q
+                elif t_k < t_q:
+                    raise ValueError(f"need S >= T, got T={t_q}, S={t_k}")
+                future = torch.ones(t_q, t_k, dtype=torch.bool, device=device).triu(t_k - t_q + 1)
+                return ~future
+            '''),
+        _e("absolute query positions", '''
+            def causal_mask(t_q, t_k=None, *, device=None):
+                t_k = t_q if t_k is None else t_k
+                if t_q > t_k:
+                    raise ValueError("more queries than keys")
+                query_pos = torch.arange(t_k - t_q, t_k, device=device)  # absolute positions
+                key_pos = torch.arange(t_k, device=device)
+                return key_pos[None, :] <= query_pos[:, None]
+            '''),
+    ],
+    "padding_mask": [
+        _e("loop over the batch", '''
+            def padding_mask(lengths, t_k):
+                mask = torch.zeros(len(lengths), 1, 1, t_k, dtype=torch.bool, device=lengths.device)
+                for b, n in enumerate(lengths.tolist()):
+                    mask[b, ..., :n] = True
+                return mask
+            '''),
+        _e("expand and view", '''
+            def padding_mask(lengths, t_k):
+                B = lengths.size(0)
+                pos = torch.arange(t_k, device=lengths.device).expand(B, t_k)
+                return (pos < lengths.unsqueeze(1)).view(B, 1, 1, t_k)
+            '''),
+        _e("reshape lengths", '''
+            def padding_mask(lengths, t_k):
+                keys = torch.arange(t_k, device=lengths.device).reshape(1, 1, 1, t_k)
+                return keys < lengths.reshape(-1, 1, 1, 1)
+            '''),
+    ],
+}

@@ -26,6 +26,16 @@ DEVICE = "$device"
 TORCH_MODULES = ("MultiheadAttention", "Linear", "LayerNorm", "Embedding")
 
 
+def state_dtype(state: dict[str, torch.Tensor]) -> torch.dtype | None:
+    """The one floating dtype of a state dict's tensors, or None (mixed, or no float tensors).
+
+    Modules get this dtype before weights are loaded: ``load_state_dict`` alone would copy
+    float64 weights into float32 parameters, and float64 cases could not run.
+    """
+    dtypes = {t.dtype for t in state.values() if isinstance(t, torch.Tensor) and t.is_floating_point()}
+    return dtypes.pop() if len(dtypes) == 1 else None
+
+
 @dataclass(frozen=True)
 class TorchModule:
     """An argument built as ``torch.nn.<cls>(**kwargs)`` with ``state`` loaded (strict)."""
@@ -38,6 +48,9 @@ class TorchModule:
         if self.cls not in TORCH_MODULES:
             raise ValueError(f"torch.nn.{self.cls} is not one of {TORCH_MODULES}")
         module = getattr(torch.nn, self.cls)(**self.kwargs)
+        dtype = state_dtype(self.state)
+        if dtype is not None:
+            module = module.to(dtype)
         module.load_state_dict(self.state, strict=True)
         return module.to(device).eval() if device is not None else module.eval()
 
@@ -71,7 +84,7 @@ class Call:
         if self.forward_args is not None:
             fparts = [_describe(a) for a in self.forward_args]
             fparts += [f"{k}={_describe(v)}" for k, v in self.forward_kwargs.items()]
-            text += f"({', '.join(fparts)})"
+            text += f", called on ({', '.join(fparts)})"
         return text
 
 
@@ -105,6 +118,7 @@ class Outcome:
     error_type: str = ""
     error_message: str = ""
     error_cell: str = ""  # the file/cell name of the innermost frame that raised
+    error_function: str = ""  # the qualified name of the function that raised, e.g. "MHA.__init__"
     type_name: str = ""
 
     @property
@@ -156,6 +170,10 @@ def outcome_of(result: Any) -> Outcome:
 def outcome_of_exception(exc: BaseException) -> Outcome:
     frames = traceback.extract_tb(exc.__traceback__)
     cell = frames[-1].filename if frames else ""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    function = tb.tb_frame.f_code.co_qualname if tb is not None else ""
     try:
         message = str(exc)
     except BaseException:  # an exception whose __str__ raises
@@ -165,6 +183,7 @@ def outcome_of_exception(exc: BaseException) -> Outcome:
         error_type=type(exc).__name__,
         error_message=message[:2000],
         error_cell=cell,
+        error_function=function,
     )
 
 
@@ -181,8 +200,9 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
         if call.state is not None:
             if not isinstance(result, torch.nn.Module):
                 return Outcome("bad_type", type_name=f"{type(result).__name__} (expected an nn.Module)")
-            if device is not None:
-                result = result.to(device)
+            dtype = state_dtype(call.state)
+            if device is not None or dtype is not None:
+                result = result.to(device=device, dtype=dtype)
             result.load_state_dict(_materialize(call.state, device), strict=True)
         if call.forward_args is not None:
             if not isinstance(result, torch.nn.Module):
@@ -270,7 +290,8 @@ def outcome_to_json(outcome: Outcome, tensors: dict[str, torch.Tensor], prefix: 
         tensors[keys[-1]] = t
     return {"kind": outcome.kind, "tensors": keys, "devices": outcome.devices,
             "error_type": outcome.error_type, "error_message": outcome.error_message,
-            "error_cell": outcome.error_cell, "type_name": outcome.type_name}
+            "error_cell": outcome.error_cell, "error_function": outcome.error_function,
+            "type_name": outcome.type_name}
 
 
 def outcome_from_json(spec: Any, tensors: dict[str, torch.Tensor]) -> Outcome:
@@ -288,10 +309,12 @@ def outcome_from_json(spec: Any, tensors: dict[str, torch.Tensor]) -> Outcome:
         if type(t) is not torch.Tensor:
             raise ValueError(f"outcome tensor {key!r} is missing")
         found.append(t)
-    text = {f: spec.get(f, "") for f in ("error_type", "error_message", "error_cell", "type_name")}
+    text = {f: spec.get(f, "") for f in ("error_type", "error_message", "error_cell", "error_function", "type_name")}
     if not all(isinstance(v, str) for v in text.values()) or not all(isinstance(d, str) for d in devices):
         raise ValueError("malformed outcome text")
     if spec["kind"] in ("tensor", "tuple") and not found:
         raise ValueError("an outcome with no tensors")
-    return Outcome(spec["kind"], found, [d[:32] for d in devices], text["error_type"][:200],
-                   text["error_message"][:2000], text["error_cell"][:200], text["type_name"][:200])
+    return Outcome(spec["kind"], found, [d[:32] for d in devices],
+                   error_type=text["error_type"][:200], error_message=text["error_message"][:2000],
+                   error_cell=text["error_cell"][:200], error_function=text["error_function"][:200],
+                   type_name=text["type_name"][:200])

@@ -324,15 +324,30 @@ def not_attempted(outcomes: list[Outcome]) -> bool:
     return any(o.kind == "error" and o.error_type == "NotImplementedError" for o in outcomes)
 
 
-def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = True) -> Summary:
+def _not_attempted_message(exercise: str, outcomes: list[Outcome], names: set[str]) -> str:
+    raised = next(o for o in outcomes if o.kind == "error" and o.error_type == "NotImplementedError")
+    owner = raised.error_function.split(".")[0]
+    if owner in names and owner != exercise:
+        return (f"✗ {exercise}: not attempted yet — it uses `{owner}`, which still raises "
+                "NotImplementedError: implement that one first")
+    return (f"✗ {exercise}: not attempted yet — replace `raise NotImplementedError()` with your code, "
+            "then run this cell again")
+
+
+def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = True,
+               also: dict[str, Any] | None = None) -> Summary:
     """Run ``cases`` in this process against ``obj``; raise :class:`CheckFailed` on the first
-    failure (the notebook cell then shows the message), print one line on success."""
+    failure (the notebook cell then shows the message), print one line on success.
+
+    also: other names the calls may use (e.g. the learner's ``MultiHeadAttention`` when checking
+    ``mha_from_torch``), as they are in the grader's child, where all solution cells are defined.
+    """
     summary = Summary(total=len(cases))
+    namespace = {**(also or {}), exercise: obj}
     for case in cases:
-        outcomes = [run_call(c, {exercise: obj}) for c in case.calls]
+        outcomes = [run_call(c, namespace) for c in case.calls]
         if not_attempted(outcomes):
-            raise CheckFailed(f"✗ {exercise}: not attempted yet — replace `raise NotImplementedError()` "
-                              "with your code, then run this cell again")
+            raise CheckFailed(_not_attempted_message(exercise, outcomes, set(namespace)))
         result = judge_case(case, outcomes)
         summary.results.append(result)
         if result.status != "passed":

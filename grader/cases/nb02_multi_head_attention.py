@@ -1,0 +1,175 @@
+"""Grading cases for notebook 02 (multi-head attention).
+
+The visible cases come from ``tfcourse.checks.nb02_multi_head_attention``; the hidden ones below
+compare with the reference solution on inputs drawn from the grader's seed: several batch sizes,
+widths and head counts (H = 1 and Dh = 1 included), T != S for cross-attention, causal, padding
+and random masks (one with a query that may attend nothing), float64 where the call machinery
+loads float64 weights into modules (``MODULE_DTYPE``) and float32. Module weights have a
+realistic scale (std 1/sqrt(D)).
+
+``mha_from_torch`` cases also run the learner's own ``MultiHeadAttention`` with the converted
+weights, so a bug in that module is not charged to the conversion a second time
+(``from_torch_judge``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tfcourse.checks._calls import Call
+from tfcourse.checks._core import Case, Judge
+from tfcourse.checks.nb02_multi_head_attention import (
+    EXERCISES,
+    MHA_ERRORS,
+    MISTAKES,
+    MODULE_DTYPE,
+    from_torch_calls,
+    from_torch_judge,
+    mha_call,
+    random_mha_state,
+    random_torch_mha_state,
+    visible_cases,
+    with_error_hints,
+)
+from tfcourse.device import make_generator
+
+__all__ = ["EXERCISES", "cases", "hidden_cases"]
+
+
+def _hidden(exercise: str, title: str, calls: list[Call], seed: int, known=None) -> Case:
+    def judge(j: Judge) -> None:
+        j.match_reference()
+
+    wrapped = judge if known is None else with_error_hints(judge, known)
+    return Case(exercise, title, calls, wrapped, seed=seed, reference=True, mistakes=MISTAKES[exercise],
+                hidden=True)
+
+
+def _split(seed: int) -> list[Case]:
+    out = []
+    shapes = [  # B, T, D, H, dtype
+        (3, 7, 32, 8, torch.float64),
+        (1, 1, 6, 6, torch.float32),
+        (2, 4, 64, 1, torch.float64),
+        (2, 9, 24, 4, torch.float32),
+        (2, 3, 20, 3, torch.float64),  # 20 % 3 != 0: the reference raises ValueError
+    ]
+    for i, (b, t, d, h, dtype) in enumerate(shapes):
+        s = seed * 1000 + 500 + i
+        x = torch.randn(b, t, d, generator=make_generator(s), dtype=dtype)
+        out.append(_hidden("split_heads", f"hidden case {i + 1}: matches the reference",
+                           [Call("split_heads", (x, h))], s))
+    return out
+
+
+def _merge(seed: int) -> list[Case]:
+    out = []
+    shapes = [  # B, H, T, Dh, dtype
+        (2, 8, 5, 16, torch.float64),
+        (1, 1, 3, 7, torch.float32),
+        (4, 2, 1, 4, torch.float64),
+        (2, 16, 6, 1, torch.float32),
+    ]
+    for i, (b, h, t, dh, dtype) in enumerate(shapes):
+        s = seed * 1000 + 600 + i
+        x = torch.randn(b, h, t, dh, generator=make_generator(s), dtype=dtype)
+        out.append(_hidden("merge_heads", f"hidden case {i + 1}: matches the reference",
+                           [Call("merge_heads", (x,))], s, known=MHA_ERRORS[:1]))  # the .view-after-transpose error
+    return out
+
+
+def _mask(kind: str | None, b: int, t: int, s_len: int, g: torch.Generator) -> torch.Tensor | None:
+    if kind is None:
+        return None
+    if kind == "causal":  # bottom-right aligned (T, S)
+        return torch.ones(t, s_len, dtype=torch.bool).tril(s_len - t)
+    if kind == "padding":  # (B, 1, 1, S), every sequence keeps at least one key
+        lengths = torch.randint(1, s_len + 1, (b,), generator=g)
+        return (torch.arange(s_len)[None, :] < lengths[:, None])[:, None, None, :]
+    if kind == "random+empty":  # (B, 1, T, S) with query 0 of batch 0 allowed nothing
+        mask = torch.rand(b, 1, t, s_len, generator=g) > 0.4
+        mask[..., -1] = True
+        mask[0, 0, 0] = False
+        return mask
+    if kind == "shared":  # (1, 1, T, S): one random pattern for every sequence and head
+        return (torch.rand(1, 1, t, s_len, generator=g) > 0.3) | torch.eye(t, s_len, dtype=torch.bool)
+    raise ValueError(kind)
+
+
+# (B, T, S or None for self-attention, D, H, bias, mask kind, dtype)
+_MODULE_CONFIGS = [
+    (2, 6, None, 32, 4, False, "causal", MODULE_DTYPE),
+    (1, 4, 9, 24, 6, True, "padding", torch.float32),
+    (3, 5, None, 16, 1, True, None, MODULE_DTYPE),
+    (2, 3, 5, 64, 8, False, "random+empty", torch.float32),
+    (2, 7, None, 16, 16, False, "causal", torch.float32),
+    (2, 2, 6, 32, 2, True, "shared", MODULE_DTYPE),
+]
+
+
+def _module_inputs(seed: int, config):
+    b, t, s_len, d, h, bias, kind, dtype = config
+    g = make_generator(seed)
+    x = torch.randn(b, t, d, generator=g, dtype=dtype)
+    context = None if s_len is None else torch.randn(b, s_len, d, generator=g, dtype=dtype)
+    mask = _mask(kind, b, t, t if s_len is None else s_len, g)
+    return x, context, mask
+
+
+def _mha(seed: int) -> list[Case]:
+    out = []
+    for i, config in enumerate(_MODULE_CONFIGS):
+        s = seed * 1000 + 700 + i
+        b, t, s_len, d, h, bias, kind, dtype = config
+        x, context, mask = _module_inputs(s, config)
+        state = random_mha_state(s, d, bias, dtype)
+        what = "self" if s_len is None else f"cross, S = {s_len}"
+        out.append(_hidden("MultiHeadAttention", f"hidden case {i + 1} (D = {d}, H = {h}, {what}, mask: {kind}): "
+                           "matches the reference", [mha_call(d, h, bias, state, x, context, mask)], s,
+                           known=MHA_ERRORS))
+    return out
+
+
+# mha_from_torch judges the conversion: cross-attention without masks, masks in self-attention only,
+# so that a MultiHeadAttention that cannot run masked cross-attention (exercise 3's business) does
+# not make every converted module raise here too.
+_FROM_TORCH_CONFIGS = [
+    (2, 6, None, 32, 4, True, "causal", MODULE_DTYPE),
+    (1, 4, 9, 24, 6, False, None, torch.float32),
+    (3, 5, None, 16, 1, False, None, MODULE_DTYPE),
+    (2, 3, 5, 64, 8, True, None, torch.float32),
+    (2, 7, None, 16, 16, True, "causal", torch.float32),
+    (2, 5, None, 32, 2, False, "shared", MODULE_DTYPE),
+]
+
+
+def _from_torch(seed: int) -> list[Case]:
+    out = []
+    for i, config in enumerate(_FROM_TORCH_CONFIGS):
+        s = seed * 1000 + 800 + i
+        b, t, s_len, d, h, bias, kind, dtype = config
+        x, context, mask = _module_inputs(s, config)
+        torch_state = random_torch_mha_state(s, d, bias, dtype)
+
+        out.append(Case("mha_from_torch", f"hidden case {i + 1} (D = {d}, H = {h}): matches the reference",
+                        from_torch_calls(h, torch_state, x, context, mask),
+                        from_torch_judge(lambda j: (j.expected_tensor(0), "reference")),
+                        seed=s, reference=True, mistakes=MISTAKES["mha_from_torch"], hidden=True))
+    return out
+
+
+_HIDDEN = {
+    "split_heads": _split,
+    "merge_heads": _merge,
+    "MultiHeadAttention": _mha,
+    "mha_from_torch": _from_torch,
+}
+
+
+def hidden_cases(exercise: str, seed: int) -> list[Case]:
+    return _HIDDEN[exercise](seed)
+
+
+def cases(exercise: str, seed: int) -> list[Case]:
+    """Visible cases first (their feedback is what the learner already saw), then hidden ones."""
+    return visible_cases(exercise) + hidden_cases(exercise, seed)

@@ -8,6 +8,7 @@ report).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,11 +34,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("submissions", nargs="*", metavar="SUBMISSION", help="folders or .ipynb files (default: notebooks/)")
     p.add_argument("--notebooks", metavar="NAMES", help="comma-separated notebooks to grade, e.g. 01_attention (default: all)")
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu", help="where learner code runs (default: cpu)")
+    p.add_argument("--sandbox", choices=("auto", "bwrap", "unshare", "none"), default=None,
+                   help="isolation of learner code (default: $TFCOURSE_SANDBOX or auto, the strongest that "
+                        "works here: bubblewrap, then unshare, then none; see docs/grading.md)")
     p.add_argument("--timeout", type=float, default=d.timeout, metavar="SECONDS",
-                   help=f"wall-clock limit per exercise, enforced by killing the process group (default: {d.timeout:g})")
+                   help=f"wall-clock limit per exercise, enforced by killing the sandboxed child (default: {d.timeout:g})")
     p.add_argument("--memory", type=int, default=None, metavar="MIB",
-                   help=f"address-space limit of the learner's process in MiB, 0 for none "
-                        f"(default: {d.memory_mb} on CPU, none with CUDA)")
+                   help=f"memory limit in MiB, 0 for none: address space of each learner process on CPU, "
+                        f"and resident memory of all of them together (default: {d.memory_mb} on CPU, none with CUDA)")
     p.add_argument("--output", type=int, default=d.output_kb, metavar="KIB",
                    help=f"learner output kept per notebook, KiB; the rest is discarded (default: {d.output_kb})")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded in parallel (default: 1)")
@@ -59,12 +63,16 @@ def main(argv: list[str] | None = None) -> int:
     from tfcourse.device import get_device
 
     from . import report as rep
+    from . import sandbox
     from .course import CourseError, load_course
     from .grading import grade_submission
 
+    if args.sandbox:
+        os.environ[sandbox.ENV_VAR] = args.sandbox
     try:
         course = load_course()
         device = str(get_device(args.device))
+        isolation = sandbox.choose()
     except (CourseError, RuntimeError) as exc:
         print(f"grader: {exc}", file=sys.stderr)
         return 1
@@ -92,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                              unit="submission", file=sys.stderr, disable=None))
     else:
         rows = [grade(submissions[0])]
-    report = {"submissions": rows, "seed": args.seed, "device": device,
+    report = {"submissions": rows, "seed": args.seed, "device": device, "sandbox": isolation.mode,
               "limits": {"timeout_s": limits.timeout, "memory_mb": limits.memory_mb, "output_kb": limits.output_kb}}
 
     if not args.quiet:

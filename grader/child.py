@@ -1,64 +1,192 @@
 """The grader's child process: runs one submission notebook's solution cells and cases.
 
-Started by ``grader.runner`` as ``python -I child.py JOB_DIR`` from a throw-away copy, with the
-course's public library (``JOB_DIR/lib``) as the only course code on its path. It never decides a
-verdict: it writes what the learner's code returned, as plain tensors (safetensors) and JSON, and
-the grading process judges. Protocol, all inside JOB_DIR:
+Started by ``grader.runner`` as ``python -I JOB/child.py JOB CHANNEL_FD`` inside the sandbox
+(``grader.sandbox``), with the course's public library (``JOB/lib``) as the only course code on
+its path. It never decides a verdict: it sends what the learner's code returned, as plain tensors
+(safetensors) and JSON, and the grading process judges. Nothing it sends can execute code when
+the grading process reads it.
 
-* ``job.json``: setup code, learner cells, the exercises and their encoded calls, the device,
-  limits, and which cells/exercises to skip (after an earlier child died on them);
-* ``inputs.safetensors``: every tensor the calls use;
-* ``progress`` (append-only): ``ready``, ``cell <id>``, ``exercise <name>``, ``done``, so the
-  grader knows what was running if this process has to be killed or dies;
-* ``results/<exercise>.json`` + ``.safetensors``: the outcomes of one exercise.
+Inputs (read-only): ``JOB/job.json`` (setup code, learner cells, exercises and their encoded
+calls, device, seed, limits, cells/exercises to skip after an earlier child died on them) and
+``JOB/inputs.safetensors`` (every tensor the calls use).
+
+Output: frames on the pipe CHANNEL_FD, each ``<kind: 1 byte><length: 8 hex digits><payload>``:
+
+* ``P``: a progress line, ``ready``, ``cell <grade_id>``, ``exercise <name>``, ``done``, or
+  ``restart`` (after running out of memory: the grader starts a fresh child for the exercises
+  left, skipping a cell that ran out of memory), so the grader knows what was running if this
+  process is killed or dies;
+* ``R``: the results of the exercise announced last: ``<name>\n<json length: 8 hex digits>
+  <json>`` followed by the safetensors bytes of the returned tensors. The grader keeps it once
+  the next progress line arrives.
+
+Learner output (stdout, stderr) goes to the grading process through another pipe, capped there.
 """
 
 import json
 import os
+import random
 import resource
 import signal
 import sys
+import warnings
 
 
 def _limit(job: dict) -> None:
+    """rlimits for this process and its children. In a sandbox without capabilities (bwrap,
+    unshare) they cannot be raised again; elsewhere (e.g. macOS) some may not apply."""
     mib = 2**20
     limits = job["limits"]
-    if limits.get("memory_mb"):
-        size = int(limits["memory_mb"]) * mib
-        resource.setrlimit(resource.RLIMIT_AS, (size, size))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    files = int(limits.get("file_mb", 256)) * mib
-    resource.setrlimit(resource.RLIMIT_FSIZE, (files, files))
+    wanted = [(resource.RLIMIT_CORE, 0)]
+    if limits.get("memory_mb") and not job["device"].startswith("cuda"):  # CUDA needs the address space
+        wanted.append((resource.RLIMIT_AS, int(limits["memory_mb"]) * mib))
+    wanted.append((resource.RLIMIT_FSIZE, int(limits.get("file_mb", 256)) * mib))
+    for which, size in wanted:
+        try:
+            resource.setrlimit(which, (size, size))
+        except (ValueError, OSError):
+            pass
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an over-long write fails instead of killing us
 
 
-def main(job_dir: str) -> int:
+class _Reserve:
+    """Address space held back for reporting: released when learner code exhausted the rest."""
+
+    def __init__(self, size: int = 32 * 2**20):
+        self.block: bytearray | None = bytearray(size)
+
+    def release(self) -> None:
+        self.block = None
+
+
+def _out_of_memory(outcome) -> bool:
+    text = outcome.error_message.lower()
+    return outcome.error_type == "MemoryError" or "can't allocate memory" in text
+
+
+def _out_of_memory_record(record: dict) -> bool:
+    found = [record.get("run_error")] + [o for case in record["cases"] for o in case]
+    return any(isinstance(o, dict) and (o.get("error_type") == "MemoryError" or
+                                        "can't allocate memory" in o.get("error_message", "").lower())
+               for o in found)
+
+
+class Channel:
+    """The pipe to the grading process (see the module docstring for the frames)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        os.set_inheritable(fd, False)  # programs the learner starts don't get it
+
+    def _send(self, kind: bytes, payload: bytes) -> None:
+        data = memoryview(kind + b"%08x" % len(payload) + payload)
+        while data:
+            data = data[os.write(self.fd, data):]
+
+    def mark(self, text: str) -> None:
+        self._send(b"P", text.encode("utf-8"))
+
+    def result(self, name: str, record: dict, tensors: bytes) -> None:
+        meta = json.dumps(record).encode("utf-8")
+        self._send(b"R", name.encode("utf-8") + b"\n" + b"%08x" % len(meta) + meta + tensors)
+
+
+def _adopt_orphans() -> None:
+    """Linux: become the subreaper of every process the learner's code starts, so that one that
+    leaves (double fork, setsid) is still this process's descendant, found and killed at the
+    end. (In the bwrap and unshare sandboxes a PID namespace does this anyway.)"""
+    if sys.platform == "linux":
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+        except (OSError, AttributeError):
+            pass
+
+
+def _kill_descendants() -> None:
+    """Kill every process below this one (Linux /proc); best effort."""
+    me = os.getpid()
+    seen: set[int] = set()
+    todo = [me]
+    while todo:
+        pid = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                    for child in fh.read().split():
+                        if int(child) not in seen:
+                            seen.add(int(child))
+                            todo.append(int(child))
+            except (OSError, ValueError):
+                pass
+    for pid in seen:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def main(job_dir: str, fd: int) -> int:
+    channel = Channel(fd)
+    _adopt_orphans()
     with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as fh:
         job = json.load(fh)
-    progress = os.open(os.path.join(job_dir, "progress"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-    def mark(text: str) -> None:
-        os.write(progress, (text + "\n").encode())
-
     sys.path.insert(0, os.path.join(job_dir, "lib"))
     _limit(job)
 
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file, save
 
-    from tfcourse.checks._calls import call_from_json, outcome_of_exception, outcome_to_json, run_call
+    from tfcourse.checks._calls import (
+        call_from_json,
+        outcome_of_exception,
+        outcome_to_json,
+        run_call,
+    )
 
-    torch.set_num_threads(1)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    device = job["device"]
+    device, seed = job["device"], int(job["seed"])
     tensors = load_file(os.path.join(job_dir, "inputs.safetensors"))
     calls = {ex["name"]: [[call_from_json(c, tensors) for c in case] for case in ex["cases"]]
              for ex in job["exercises"]}
-    results_dir = os.path.join(job_dir, "results")
-    os.makedirs(results_dir, exist_ok=True)
-    os.chdir(os.path.join(job_dir, "work"))
-    mark("ready")
+
+    # The numeric state every call starts from, whatever the learner's cells changed (threads,
+    # TF32, default dtype/device, grad mode, seeds, warning filters): verdicts must depend on
+    # the returned values only. The functions are bound now, before any learner code runs.
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    set_threads, set_dtype, set_grad = torch.set_num_threads, torch.set_default_dtype, torch.set_grad_enabled
+    set_precision, manual_seed = torch.set_float32_matmul_precision, torch.manual_seed
+    set_default_device = getattr(torch, "set_default_device", None)
+    deterministic = torch.use_deterministic_algorithms
+    filters = list(warnings.filters)
+
+    def reset_numerics() -> None:
+        try:
+            set_threads(1)
+            set_dtype(torch.float32)
+            set_grad(True)
+            set_precision("highest")
+            matmul.allow_tf32 = False
+            cudnn.allow_tf32 = False
+            deterministic(False)
+            if set_default_device is not None:
+                set_default_device(None)
+            warnings.filters[:] = filters
+            random.seed(seed)
+            if "numpy" in sys.modules:
+                sys.modules["numpy"].random.seed(seed)
+            manual_seed(seed)
+        except Exception:  # noqa: BLE001 - a learner who broke these gets what they broke
+            pass
+
+    reset_numerics()
+    reserve = _Reserve()
+    os.chdir(os.environ.get("HOME", "."))
+    channel.mark("ready")
 
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
     cell_errors: dict = {}
@@ -71,40 +199,63 @@ def main(job_dir: str) -> int:
         for cell in job["cells"]:
             if cell["grade_id"] in job["skip_cells"]:
                 continue
-            mark(f"cell {cell['grade_id']}")
+            channel.mark(f"cell {cell['grade_id']}")
+            reset_numerics()
             try:
                 exec(compile(cell["source"], f"<cell {cell['grade_id']}>", "exec"), namespace)
             except BaseException as exc:  # SystemExit, KeyboardInterrupt: all are the cell's error
-                cell_errors[cell["grade_id"]] = outcome_of_exception(exc)
+                if isinstance(exc, MemoryError):
+                    reserve.release()
+                    namespace.clear()  # what the cell allocated may still be referenced
+                cell_errors[cell["grade_id"]] = error = outcome_of_exception(exc)
+                if _out_of_memory(error):
+                    # report it, and let a fresh child (which skips this cell) grade the others
+                    name = cell["grade_id"]
+                    channel.mark(f"exercise {name}")
+                    channel.result(name, {"cell_error": outcome_to_json(error, {}, "cell"), "run_error": None,
+                                          "cases": []}, save({}))
+                    channel.mark("restart")
+                    return 0
 
     for ex in job["exercises"]:
         name = ex["name"]
         if name in job["skip_exercises"]:
             continue
-        mark(f"exercise {name}")
+        channel.mark(f"exercise {name}")
         out_tensors: dict = {}
-        record: dict = {"cell_error": None, "cases": []}
-        if name in cell_errors:
-            record["cell_error"] = outcome_to_json(cell_errors[name], out_tensors, "cell")
-        else:
-            for i, case in enumerate(calls[name]):
-                outcomes = []
-                for k, call in enumerate(case):
-                    torch.manual_seed(job["seed"])
-                    outcome = run_call(call, namespace, device)
-                    outcomes.append(outcome_to_json(outcome, out_tensors, f"c{i}_{k}"))
-                record["cases"].append(outcomes)
-        base = os.path.join(results_dir, name)
-        save_file(out_tensors, base + ".safetensors.tmp")
-        with open(base + ".json.tmp", "w", encoding="utf-8") as fh:
-            json.dump(record, fh)
-        os.replace(base + ".safetensors.tmp", base + ".safetensors")
-        os.replace(base + ".json.tmp", base + ".json")
-    mark("done")
+        record: dict = {"cell_error": None, "run_error": None, "cases": []}
+        try:
+            if name in cell_errors:
+                record["cell_error"] = outcome_to_json(cell_errors[name], out_tensors, "cell")
+            else:
+                for i, case in enumerate(calls[name]):
+                    outcomes = []
+                    for k, call in enumerate(case):
+                        reset_numerics()
+                        outcome = run_call(call, namespace, device)
+                        outcomes.append(outcome_to_json(outcome, out_tensors, f"c{i}_{k}"))
+                    record["cases"].append(outcomes)
+            data = save(out_tensors)
+        except BaseException as exc:  # e.g. MemoryError while keeping a huge answer
+            reserve.release()
+            out_tensors.clear()
+            record = {"cell_error": None, "run_error": outcome_to_json(outcome_of_exception(exc), {}, "e"),
+                      "cases": []}
+            data = save({})
+        channel.result(name, record, data)
+        if _out_of_memory_record(record) and ex is not job["exercises"][-1]:
+            channel.mark("restart")  # memory the learner's code kept must not starve the others
+            return 0
+    channel.mark("done")
     return 0
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1])
-    sys.stdout.flush()
+    code = main(sys.argv[1], int(sys.argv[2]))
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:  # noqa: BLE001 - learner code may have replaced or closed them
+        pass
+    _kill_descendants()  # nothing the learner started outlives the child
     os._exit(code)  # don't run learner atexit handlers or wait for their threads

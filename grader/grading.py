@@ -18,10 +18,12 @@ from tfcourse.checks._calls import Outcome
 from tfcourse.checks._core import Case, judge_case
 from tfcourse.notebook import UnreadableNotebook, normalise_source, read_notebook, solution_cells
 
+from . import sandbox
 from .cases import DEFAULT_SEED, reference_outcomes
 from .course import Notebook, load_course
 from .runner import ExerciseRun, Limits, run_notebook
 
+MAX_CANDIDATES = 50  # notebooks of a folder looked at when a course notebook is not found by name
 STATUSES = ("passed", "failed", "error", "timeout", "not_attempted", "missing")
 
 
@@ -47,6 +49,20 @@ def find_notebooks(submission: Path, course: dict[str, Notebook]) -> dict[str, P
             continue
         nested = sorted(p for p in submission.rglob(f"{name}.ipynb") if ".ipynb_checkpoints" not in p.parts)
         found[name] = nested[0] if nested else None
+    if any(p is None for p in found.values()):  # renamed notebooks ("01_attention-Copy1.ipynb")
+        taken = {p for p in found.values() if p is not None}
+        others = sorted(p for p in submission.rglob("*.ipynb")
+                        if ".ipynb_checkpoints" not in p.parts and p not in taken)[:MAX_CANDIDATES]
+        for path in others:
+            try:
+                nb = read_notebook(path)
+            except UnreadableNotebook:
+                continue
+            counts = {n: len(solution_cells(nb, [e.name for e in course[n].exercises]))
+                      for n, p in found.items() if p is None}
+            best = max(counts, key=counts.get, default=None)
+            if best is not None and counts[best]:
+                found[best] = path
     return found
 
 
@@ -57,24 +73,51 @@ def _exercise(name: str, status: str, points: float, feedback: str, score: float
 def _memory_error(o: Outcome) -> bool:
     text = o.error_message.lower()
     return o.error_type == "MemoryError" or "can't allocate memory" in text or "out of memory" in text \
-        or "not enough memory" in text
+        or "not enough memory" in text or "cannot allocate memory" in text
+
+
+def _memory_text(limits: Limits) -> str:
+    if limits.memory_mb:
+        return f"memory limit exceeded (--memory {limits.memory_mb} MiB)"
+    return "out of memory (no --memory limit was set)"
+
+
+def _file_limit(o: Outcome) -> bool:
+    text = o.error_message.lower()
+    return "file too large" in text or "no space left on device" in text or "disk quota" in text
+
+
+def _limit_note(o: Outcome, limits: Limits) -> str:
+    """What limit an exception in learner code ran into, as a short sentence (or "")."""
+    if _file_limit(o):
+        return (f"files are limited to {limits.file_mb} MiB each and the scratch space to "
+                f"{limits.file_mb} MiB; only the returned values are graded")
+    if o.error_type == "NameError":
+        return ("only the exercise cells are graded, with the course's setup cell: define helpers "
+                "inside the exercise's cell")
+    return ""
 
 
 def _judge_run(nb: Notebook, name: str, points: float, run: ExerciseRun, cases: list[Case],
                device: str, limits: Limits, notes: list[str]) -> dict:
     note = "".join(f"\n  note: {n}" for n in notes)
     if run.status == "timeout":
-        return _exercise(name, "timeout", points, f"✗ {name}: {run.message} (limit: --timeout {limits.timeout:g} s "
-                         f"per exercise). Is there an endless loop, or a very slow one?{note}")
+        return _exercise(name, "timeout", points, f"✗ {name}: {run.message} (time limit: --timeout "
+                         f"{limits.timeout:g} s per exercise). Is there an endless loop, or a very slow "
+                         f"one?{note}")
     if run.status == "crashed":
+        o = run.cell_error
+        if o is not None and _memory_error(o):
+            return _exercise(name, "error", points, f"✗ {name}: {_memory_text(limits)} while its checks ran{note}")
         return _exercise(name, "error", points, f"✗ {name}: {run.message}{note}")
     if run.status == "cell_error":
         o = run.cell_error
         if _memory_error(o):
-            return _exercise(name, "error", points, f"✗ {name}: memory limit exceeded ({limits.memory_mb} MiB) "
-                             f"while the cell ran{note}")
+            return _exercise(name, "error", points, f"✗ {name}: {_memory_text(limits)} while the cell ran{note}")
         where = "the course's setup code failed" if o.error_cell == "<course setup>" else "the cell raised"
-        return _exercise(name, "error", points, f"✗ {name}: {where} {o.error_line()}{note}")
+        extra = _limit_note(o, limits)
+        extra = f"\n  ({extra})" if extra else ""
+        return _exercise(name, "error", points, f"✗ {name}: {where} {o.error_line()}{extra}{note}")
     passed, first = 0, None
     for case, outcomes in zip(cases, run.outcomes, strict=True):
         for o in outcomes:
@@ -97,13 +140,17 @@ def _judge_run(nb: Notebook, name: str, points: float, run: ExerciseRun, cases: 
                          cases_passed=passed, cases_total=total)
     message = first.message
     if first.error is not None and _memory_error(first.error):
-        message = f"✗ {name}: memory limit exceeded ({limits.memory_mb} MiB)\n" + "\n".join(message.splitlines()[1:])
+        message = f"✗ {name}: {_memory_text(limits)}\n" + \
+            "\n".join(message.splitlines()[1:])
+    elif first.error is not None and _limit_note(first.error, limits):
+        message += f"\n  ({_limit_note(first.error, limits)})"
     status = "error" if first.status == "error" else "failed"
     return _exercise(name, status, points, f"{message}\n  ({passed} of {total} checks passed){note}",
                      cases_passed=passed, cases_total=total)
 
 
 def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limits, seed: int) -> dict:
+    """Grade one notebook file of a submission (None: it is missing); the report's notebook dict."""
     names = [e.name for e in nb.exercises]
     result = {"notebook": nb.name, "status": "graded", "score": 0.0, "max_score": nb.max_score,
               "exercises": [], "output": ""}
@@ -119,6 +166,9 @@ def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limi
         result["exercises"] = [_exercise(e.name, "error", e.points, f"✗ {e.name}: {exc}") for e in nb.exercises]
         return result
     cells = solution_cells(submitted, names)
+    if path.name != f"{nb.name}.ipynb":
+        for cell in cells.values():
+            cell.notes.append(f"graded {path.name}; the course's file name is {nb.name}.ipynb")
     verdicts: dict[str, dict] = {}
     to_run: dict[str, str] = {}
     for ex in nb.exercises:
@@ -161,8 +211,19 @@ def grade_submission(submission: str | Path, *, notebooks: list[str] | None = No
         found = dict.fromkeys(chosen)
     else:
         found = find_notebooks(path, chosen)
+    row["sandbox"] = sandbox.choose().mode
     for name, nb in chosen.items():
-        row["notebooks"].append(grade_notebook(nb, found[name], device=device, limits=limits, seed=seed))
+        try:
+            row["notebooks"].append(grade_notebook(nb, found[name], device=device, limits=limits, seed=seed))
+        except sandbox.SandboxError:
+            raise
+        except Exception as exc:  # a bug met on this submission must not stop the batch
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            row["notebooks"].append({
+                "notebook": name, "status": "unreadable", "score": 0.0, "max_score": nb.max_score,
+                "exercises": [_exercise(e.name, "error", e.points, f"✗ {e.name}: the grader failed on this "
+                                        f"notebook ({type(exc).__name__}: {first}); please report it")
+                              for e in nb.exercises], "output": ""})
     row["score"] = round(sum(n["score"] for n in row["notebooks"]), 4)
     row["max_score"] = round(sum(n["max_score"] for n in row["notebooks"]), 4)
     return row

@@ -1,11 +1,15 @@
 """Run one submission notebook's code in a child process, with limits enforced from outside.
 
 The grading process (this module's caller) never imports learner code. It writes a job for
-``grader/child.py`` into a fresh temporary folder, starts the child in a new session (its own
-process group), watches its progress file, and kills the whole group when an exercise runs past
-the wall-clock limit. If the child dies (timeout, memory, ``os._exit``, a segfault), what it was
-doing gets that status, and a new child is started for the exercises still to grade, so one bad
-exercise never costs the others their grade. Results come back as JSON and safetensors only.
+``grader/child.py`` into a fresh temporary folder (the learner's cells, the course's public
+library without the reference solutions of this notebook and later ones, the inputs), starts the
+child in the sandbox chosen by ``grader.sandbox`` (its own session, and where the platform
+allows it its own file view, network and PID namespace), reads its progress and results from a
+pipe, and watches it: it kills the whole sandbox when an exercise runs past the wall-clock limit
+or the child's processes/threads or memory pass theirs. If the child dies (timeout, memory,
+``os._exit``, a segfault), what it was doing gets that status, and a new child is started for
+the exercises still to grade, so one bad exercise never costs the others their grade. Results
+come back as JSON and safetensors only, and only for the exercise the child announced.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -23,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save_file
 
 import tfcourse
 from tfcourse.checks._calls import Outcome, call_to_json, outcome_from_json
@@ -34,18 +38,25 @@ from .build import REFERENCE, module_name
 
 CHILD = Path(__file__).with_name("child.py")
 LIBRARY = Path(tfcourse.__file__).resolve().parent
-MAX_RESULT_BYTES = 256 * 2**20
+MAX_RESULT_BYTES = 256 * 2**20  # all results of one child together
+MAX_PROGRESS_LINES = 10_000
+WATCH_EVERY = 0.1  # seconds between two looks at the child's processes and memory
+POLL = 0.02
 
 
 @dataclass(frozen=True)
 class Limits:
     """Per-notebook limits, enforced from outside the learner's process.
 
-    timeout: wall-clock seconds for each exercise (its cells' definitions and all its cases).
+    timeout: wall-clock seconds for each exercise (its cell's definition, and all its cases).
     startup: seconds the child may take to start (importing torch) before learner code runs.
-    memory_mb: address-space limit of the child (RLIMIT_AS), MiB; 0 for none (CUDA needs none).
+    memory_mb: memory of the child, MiB; 0 for none. On CPU an address-space limit (RLIMIT_AS)
+        of each process, and on every device a watch on the resident memory of all its
+        processes together.
     output_kb: learner output kept per notebook (stdout + stderr); the rest is discarded.
-    file_mb: the largest file the child may write (RLIMIT_FSIZE).
+    file_mb: the largest file the child may write (RLIMIT_FSIZE), and the size of its scratch
+        space (/tmp and the working directory) in the bwrap sandbox.
+    tasks: processes + threads the child may run at once (a fork loop is stopped here).
     """
 
     timeout: float = 30.0
@@ -53,6 +64,7 @@ class Limits:
     memory_mb: int = 4096
     output_kb: int = 64
     file_mb: int = 256
+    tasks: int = 128
 
 
 @dataclass
@@ -60,13 +72,15 @@ class ExerciseRun:
     """What running one exercise produced, before judging.
 
     status: "ran" (outcomes hold one list of Outcome per case), "cell_error" (its cell raised
-    while being defined), "timeout" or "crashed" (message says what happened).
+    while being defined), "timeout" or "crashed" (message says what happened); ``limit`` names
+    the limit that stopped it ("timeout", "memory", "tasks", "output", "files") or is "".
     """
 
     status: str
     outcomes: list[list[Outcome]] = field(default_factory=list)
     cell_error: Outcome | None = None
     message: str = ""
+    limit: str = ""
 
 
 @dataclass
@@ -74,6 +88,7 @@ class NotebookRun:
     exercises: dict[str, ExerciseRun]
     output: str  # the learner code's stdout/stderr, capped
     restarts: int = 0
+    sandbox: str = ""
 
 
 class _Drain(threading.Thread):
@@ -84,11 +99,90 @@ class _Drain(threading.Thread):
         self.pipe, self.cap, self.kept, self.dropped = pipe, cap, bytearray(), 0
 
     def run(self) -> None:
-        while chunk := self.pipe.read(65536):
-            room = self.cap - len(self.kept)
-            if room > 0:
-                self.kept += chunk[:room]
-            self.dropped += max(0, len(chunk) - max(room, 0))
+        try:
+            while chunk := self.pipe.read(65536):
+                room = self.cap - len(self.kept)
+                if room > 0:
+                    self.kept += chunk[:room]
+                self.dropped += max(0, len(chunk) - max(room, 0))
+        except (OSError, ValueError):
+            pass
+
+
+class _Channel(threading.Thread):
+    """Reads the child's frames (see grader/child.py): progress lines and results.
+
+    A result counts only for the exercise the child announced last, and only once the child has
+    moved on (its next progress line): a result followed by the child's death is dropped, and a
+    later result for the same exercise replaces an earlier one. MAX_RESULT_BYTES in all;
+    anything malformed ends the reading (the rest is drained and dropped), so the exercises
+    still pending get no result."""
+
+    def __init__(self, fd: int):
+        super().__init__(daemon=True)
+        self.file = os.fdopen(fd, "rb", buffering=0)
+        self.lock = threading.Lock()
+        self.progress: list[str] = []
+        self.results: dict[str, tuple[bytes, bytes]] = {}
+        self.broken = ""
+        self.size = 0
+
+    def _read(self, n: int) -> bytes:
+        parts, left = [], n
+        while left:
+            chunk = self.file.read(min(left, 1 << 20))
+            if not chunk:
+                raise EOFError
+            parts.append(chunk)
+            left -= len(chunk)
+        return b"".join(parts)
+
+    def run(self) -> None:
+        pending: tuple[str, bytes, bytes] | None = None
+        try:
+            while True:
+                head = self.file.read(1)
+                if not head:
+                    return
+                if head not in (b"P", b"R"):
+                    raise ValueError("the channel holds something that is not a frame")
+                rest = self._read(8)
+                if not all(c in b"0123456789abcdef" for c in rest):
+                    raise ValueError("the channel holds something that is not a frame")
+                length = int(rest, 16)
+                self.size += 9 + length
+                if self.size > MAX_RESULT_BYTES:
+                    raise ValueError(f"results larger than {MAX_RESULT_BYTES // 2**20} MiB")
+                payload = self._read(length)
+                if head == b"P":
+                    if len(self.progress) >= MAX_PROGRESS_LINES:
+                        raise ValueError("too many progress messages")
+                    with self.lock:
+                        if pending is not None:
+                            self.results[pending[0]] = pending[1:]
+                            pending = None
+                        self.progress.append(payload[:1000].decode("utf-8", "replace"))
+                    continue
+                name, _, body = payload.partition(b"\n")
+                meta_len = int(body[:8], 16)
+                with self.lock:
+                    kind, _, current = (self.progress[-1] if self.progress else "").partition(" ")
+                if kind == "exercise" and name.decode("utf-8", "replace") == current:
+                    pending = (current, body[8:8 + meta_len], body[8 + meta_len:])
+        except EOFError:
+            return
+        except (ValueError, OSError) as exc:
+            with self.lock:
+                self.broken = str(exc)[:200]
+            try:
+                while self.file.read(1 << 16):
+                    pass
+            except OSError:
+                pass
+
+    def snapshot(self) -> list[str]:
+        with self.lock:
+            return list(self.progress)
 
 
 def _library_copy(dest: Path, notebook: str) -> None:
@@ -102,6 +196,10 @@ def _library_copy(dest: Path, notebook: str) -> None:
     assert REFERENCE.exists()
 
 
+def _out_of_memory(o: Outcome | None) -> bool:
+    return o is not None and (o.error_type == "MemoryError" or "can't allocate memory" in o.error_message.lower())
+
+
 def _signal_name(code: int) -> str:
     try:
         return signal.Signals(-code).name
@@ -109,30 +207,41 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-def _describe_death(code: int | None, memory_mb: int) -> str:
+def _describe_death(code: int | None, limits: Limits, wrapped: bool = False) -> tuple[str, str]:
+    """(message, limit) for a child that died on its own. ``wrapped``: the code comes from a
+    sandbox tool (bwrap), which reports death by signal N as exit status 128 + N."""
     if code is None:
-        return "the process did not finish"
+        return "the process did not finish", ""
+    if wrapped and code > 128:
+        try:
+            code = -signal.Signals(code - 128).value
+        except ValueError:
+            pass
     if code < 0:
         name = _signal_name(code)
         if name == "SIGSEGV":
-            return "the process crashed (segmentation fault)"
+            return "the process crashed (segmentation fault)", ""
         if name == "SIGKILL":
-            return f"the process was killed (SIGKILL; out of memory? the limit is {memory_mb} MiB)"
-        return f"the process was killed by {name}"
-    return f"the process exited with status {code} (os._exit, sys.exit in a thread, or a crash)"
+            return (f"the process was killed (SIGKILL), probably for memory: memory limit exceeded? "
+                    f"(--memory {limits.memory_mb} MiB)", "memory")
+        return f"the process was killed by {name}", ""
+    return f"the process exited with status {code} (os._exit, or a crash)", ""
 
 
 def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[str, list[Case]],
                  *, device: str, limits: Limits, seed: int) -> NotebookRun:
     """Run ``cells`` (grade_id -> source, in notebook order) and the calls of ``cases``.
 
-    Returns an ExerciseRun for every exercise in ``cases``.
+    Returns an ExerciseRun for every exercise in ``cases``. Raises sandbox.SandboxError when
+    the sandbox asked for with TFCOURSE_SANDBOX cannot run here.
     """
+    box = sandbox.choose()
     runs: dict[str, ExerciseRun] = {}
     skip_cells: list[str] = []
     output = bytearray()
     dropped = 0
     restarts = 0
+    cap = limits.output_kb * 1024
     with tempfile.TemporaryDirectory(prefix="tfcourse-grade-") as tmp:
         job_dir = Path(tmp)
         _library_copy(job_dir / "lib", notebook)
@@ -144,11 +253,22 @@ def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[s
                        for i, case in enumerate(ex_cases)]
             exercises.append({"name": name, "cases": encoded})
         save_file(tensors, str(job_dir / "inputs.safetensors"))
+        for path in [job_dir, *job_dir.rglob("*")]:  # readable by the child, whatever its user
+            path.chmod(0o755 if path.is_dir() else 0o644)
 
+        # Each legitimate restart uses up a cell or an exercise; more means forged progress lines.
+        max_children = len(cells) + len(cases) + 1
+        children = 0
         while True:
             pending = [n for n in cases if n not in runs]
             if not pending:
                 break
+            if children == max_children:
+                for name in pending:
+                    runs[name] = ExerciseRun("crashed", message="the child kept dying without reporting "
+                                             "progress (forged progress messages?)")
+                break
+            children += 1
             job = {
                 "setup": setup,
                 "cells": [{"grade_id": g, "source": s} for g, s in cells.items()],
@@ -159,114 +279,153 @@ def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[s
                 "seed": seed,
                 "limits": {"memory_mb": limits.memory_mb, "file_mb": limits.file_mb},
             }
-            for stale in ("progress", "results", "work"):
-                shutil.rmtree(job_dir / stale, ignore_errors=True) if (job_dir / stale).is_dir() \
-                    else (job_dir / stale).unlink(missing_ok=True)
-            (job_dir / "work").mkdir()
+            shutil.rmtree(job_dir / "work", ignore_errors=True)
             (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
-            current, died, code = _supervise(job_dir, limits, output, cap=limits.output_kb * 1024)
+            steps = len([c for c in cells if c not in skip_cells]) + len(pending)
+            current, died, results = _supervise(job_dir, box, limits, output, cap - len(output), device, steps)
             dropped += died.pop("dropped", 0)
-            _collect(job_dir, cases, runs)
+            _collect(results, cases, runs)
+            if died.get("restart"):  # the child ran out of memory and asked for a fresh one
+                restarts += 1
+                skip_cells += [n for n, r in runs.items() if r.status == "cell_error" and n not in skip_cells
+                               and _out_of_memory(r.cell_error)]
+                continue
             if died.get("reason") is None:
-                for name in pending:  # a clean exit must have written every pending result
-                    runs.setdefault(name, ExerciseRun("crashed", message="the child wrote no result"))
+                why = f" ({died['broken']})" if died.get("broken") else ""
+                for name in pending:  # a clean exit must have sent every pending result
+                    runs.setdefault(name, ExerciseRun("crashed", message=f"the child sent no result{why}"))
                 break
             restarts += 1
-            reason = died["reason"]
+            reason, limit = died["reason"], died.get("limit", "")
             if current is None:
                 # died before any learner code ran: the course or the machine is at fault
                 for name in pending:
                     runs.setdefault(name, ExerciseRun("crashed", message=f"the grader's child failed to start: {reason}"))
                 break
             kind, what = current
-            status = "timeout" if died.get("timeout") else "crashed"
+            status = "timeout" if limit == "timeout" else "crashed"
             if kind == "cell":
                 skip_cells.append(what)
                 if what in cases and what not in runs:
-                    runs[what] = ExerciseRun(status, message=f"while defining the cell: {reason}")
+                    runs[what] = ExerciseRun(status, message=f"while defining the cell: {reason}", limit=limit)
             elif kind == "exercise":
-                runs.setdefault(what, ExerciseRun(status, message=reason))
+                runs.setdefault(what, ExerciseRun(status, message=reason, limit=limit))
             elif kind == "done":
                 break
     text = output.decode("utf-8", errors="replace")
     if dropped:
-        text += f"\n[… {dropped} more bytes of output discarded]"
-    return NotebookRun(runs, text, restarts)
+        text += f"\n[… {dropped} more bytes of output discarded: output limit --output {limits.output_kb} KiB]"
+    return NotebookRun(runs, text, restarts, box.mode)
 
 
-def _supervise(job_dir: Path, limits: Limits, output: bytearray, cap: int):
-    """Run one child to the end or until a limit; return (what it was doing, death info, code)."""
-    cmd = sandbox.wrap([sys.executable, "-I", str(job_dir / "child.py"), str(job_dir)])
-    proc = subprocess.Popen(cmd, cwd=job_dir / "work", env=sandbox.child_env(job_dir),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    drain = _Drain(proc.stdout, max(0, cap - len(output)))
+def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: bytearray, cap: int,
+               device: str, steps: int):
+    """Run one child to the end or until a limit; return (what it was doing, death info, results).
+
+    Each progress line gives the next step (a cell, an exercise) ``limits.timeout`` seconds; once
+    ready, the whole child never gets more than that for ``steps`` steps (plus one), so progress
+    lines forged by learner code cannot keep it running."""
+    read_end, write_end = os.pipe()
+    spec = sandbox.launch(box, job_dir, [str(write_end)], device=device, scratch_mb=limits.file_mb)
+    try:
+        proc = subprocess.Popen(spec.argv, cwd=spec.cwd, env=spec.env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                pass_fds=(write_end,))
+    finally:
+        os.close(write_end)
+    channel = _Channel(read_end)
+    channel.start()
+    drain = _Drain(proc.stdout, max(0, cap))
     drain.start()
-    progress = job_dir / "progress"
+    watch = sandbox.Watch(proc.pid)
     seen = 0
     current: tuple[str, str] | None = None
     deadline = time.monotonic() + limits.startup
-    timed_out = False
+    overall = float("inf")  # set when the child is ready
+    next_watch = time.monotonic() + WATCH_EVERY
+    stop: tuple[str, str] | None = None  # (reason, limit) when we stopped it
+    memory = limits.memory_mb * 2**20
     while True:
         code = proc.poll()
-        lines = _read_progress(progress)
+        lines = channel.snapshot()
         if len(lines) > seen:
+            if not seen:
+                overall = time.monotonic() + limits.timeout * (steps + 1)
             for line in lines[seen:]:
                 kind, _, what = line.partition(" ")
                 if kind in ("cell", "exercise", "done", "ready"):
                     current = (kind, what) if kind != "ready" else None
             seen = len(lines)
-            deadline = time.monotonic() + limits.timeout
+            deadline = min(time.monotonic() + limits.timeout, overall)
         if code is not None:
             break
-        if time.monotonic() > deadline:
-            timed_out = True
+        now = time.monotonic()
+        if now > deadline:
+            limit = limits.timeout if seen else limits.startup
+            stop = (f"stopped after the {limit:g} s time limit", "timeout")
             break
-        time.sleep(0.02)
-    sandbox.kill_group(proc)
-    drain.join(timeout=5)
+        if now > next_watch:
+            next_watch = now + WATCH_EVERY
+            tasks, rss = watch.sample()
+            if tasks > limits.tasks:
+                stop = (f"process limit exceeded: it ran more than {limits.tasks} processes/threads "
+                        f"at once (fork loop?)", "tasks")
+                break
+            if memory and rss > memory and watch.pss() > memory:
+                stop = (f"memory limit exceeded: its processes used more than {limits.memory_mb} MiB "
+                        f"together (--memory {limits.memory_mb} MiB)", "memory")
+                break
+        time.sleep(POLL)
+    sandbox.kill_tree(proc, watch)
+    drain.join(timeout=2 if box.pid_namespace else 5)
+    channel.join(timeout=2 if box.pid_namespace else 5)
     output += drain.kept
     info: dict = {"dropped": drain.dropped}
-    lines = _read_progress(progress)
-    finished = bool(lines) and lines[-1] == "done"
-    if timed_out:
-        limit = limits.timeout if current else limits.startup
-        info["reason"] = f"stopped after the {limit:g} s time limit"
-        info["timeout"] = True
+    lines = channel.snapshot()
+    finished = bool(lines) and lines[-1] in ("done", "restart")
+    if finished and lines[-1] == "restart" and stop is None:
+        info["restart"] = True
+    if stop is not None:
+        info["reason"], info["limit"] = stop
+        if stop[1] == "timeout" and not seen:
+            info["reason"] = f"the child did not start within {limits.startup:g} s"
     elif not finished:
-        info["reason"] = _describe_death(proc.returncode, limits.memory_mb)
-    if current is None and timed_out:
-        info["reason"] = f"the child did not start within {limits.startup:g} s"
-    return current, info, proc.returncode
+        info["reason"], info["limit"] = _describe_death(proc.returncode, limits, box.mode == "bwrap")
+        if channel.broken:
+            info["reason"] = f"its results could not be read ({channel.broken})"
+    with channel.lock:
+        results = dict(channel.results)
+    if channel.broken and finished:
+        info["broken"] = channel.broken
+    return current, info, results
 
 
-def _read_progress(path: Path) -> list[str]:
-    try:
-        data = path.read_bytes()[: 2**20]
-    except OSError:
-        return []
-    return [line for line in data.decode("utf-8", "replace").split("\n") if line]
-
-
-def _collect(job_dir: Path, cases: dict[str, list[Case]], runs: dict[str, ExerciseRun]) -> None:
-    """Read the results the child wrote; anything malformed is that exercise's crash."""
+def _collect(results: dict[str, tuple[bytes, bytes]], cases: dict[str, list[Case]],
+             runs: dict[str, ExerciseRun]) -> None:
+    """Judge nothing; rebuild what the child sent. Anything malformed is that exercise's crash."""
     for name, ex_cases in cases.items():
-        if name in runs:
+        if name in runs or name not in results:
             continue
-        meta, data = job_dir / "results" / f"{name}.json", job_dir / "results" / f"{name}.safetensors"
-        if not (meta.exists() and data.exists()):
-            continue
+        meta, data = results[name]
         try:
-            if meta.stat().st_size > MAX_RESULT_BYTES or data.stat().st_size > MAX_RESULT_BYTES:
-                raise ValueError("results too large")
-            record = json.loads(meta.read_text(encoding="utf-8"))
-            tensors = load_file(str(data))
+            record = json.loads(meta.decode("utf-8"))
+            if not isinstance(record, dict):
+                raise ValueError("not a record")
+            tensors = load_tensors(data)
+            if record.get("run_error") is not None:
+                o = outcome_from_json(record["run_error"], {})
+                runs[name] = ExerciseRun("crashed", message=f"the checks could not run: {o.error_line()}",
+                                         cell_error=o)
+                continue
             if record.get("cell_error") is not None:
                 runs[name] = ExerciseRun("cell_error", cell_error=outcome_from_json(record["cell_error"], tensors))
                 continue
-            outcomes = [[outcome_from_json(o, tensors) for o in case] for case in record["cases"]]
-            if len(outcomes) != len(ex_cases) or any(len(o) != len(c.calls) for o, c in zip(outcomes, ex_cases)):
+            cases_out = record.get("cases")
+            if not isinstance(cases_out, list) or not all(isinstance(c, list) for c in cases_out):
+                raise ValueError("malformed cases")
+            outcomes = [[outcome_from_json(o, tensors) for o in case] for case in cases_out]
+            if len(outcomes) != len(ex_cases) or any(len(o) != len(c.calls) for o, c in zip(outcomes, ex_cases, strict=True)):
                 raise ValueError("wrong number of outcomes")
             runs[name] = ExerciseRun("ran", outcomes)
-        except Exception as exc:  # a forged or truncated file: no verdict can come from it
-            runs[name] = ExerciseRun("crashed", message=f"its results could not be read ({exc})")
+        except Exception as exc:  # a forged or truncated result: no verdict can come from it
+            runs[name] = ExerciseRun("crashed", message=f"its results could not be read ({str(exc)[:200]})")

@@ -190,6 +190,9 @@ def main(job_dir: str, fd: int) -> int:
 
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
     cell_errors: dict = {}
+    # What each exercise's own cell defined: a later cell may reuse the name for a helper, and
+    # the notebook checks each exercise right after its own cell, so the grader does the same.
+    own: dict = {}
     try:
         exec(compile(job["setup"], "<course setup>", "exec"), namespace)
     except BaseException as exc:  # the course's own code failed: every exercise errors
@@ -203,6 +206,8 @@ def main(job_dir: str, fd: int) -> int:
             reset_numerics()
             try:
                 exec(compile(cell["source"], f"<cell {cell['grade_id']}>", "exec"), namespace)
+                if cell["grade_id"] in namespace:
+                    own[cell["grade_id"]] = namespace[cell["grade_id"]]
             except BaseException as exc:  # SystemExit, KeyboardInterrupt: all are the cell's error
                 if isinstance(exc, MemoryError):
                     reserve.release()
@@ -228,11 +233,12 @@ def main(job_dir: str, fd: int) -> int:
             if name in cell_errors:
                 record["cell_error"] = outcome_to_json(cell_errors[name], out_tensors, "cell")
             else:
+                view = {**namespace, **own}
                 for i, case in enumerate(calls[name]):
                     outcomes = []
                     for k, call in enumerate(case):
                         reset_numerics()
-                        outcome = run_call(call, namespace, device)
+                        outcome = run_call(call, view, device)
                         outcomes.append(outcome_to_json(outcome, out_tensors, f"c{i}_{k}"))
                     record["cases"].append(outcomes)
             data = save(out_tensors)

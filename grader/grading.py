@@ -42,17 +42,23 @@ def find_notebooks(submission: Path, course: dict[str, Notebook]) -> dict[str, P
             except UnreadableNotebook:
                 pass
         return found
+    root = submission.resolve()
+
+    def inside(p: Path) -> bool:
+        # rglob follows linked folders: a link to the course's solutions/ must not count
+        return ".ipynb_checkpoints" not in p.parts and p.resolve().is_relative_to(root) or p.is_symlink()
+
     for name in course:
         direct = submission / f"{name}.ipynb"
-        if direct.is_file():
-            found[name] = direct
+        if direct.is_file() or direct.is_symlink():
+            found[name] = direct  # read_notebook refuses a link, with a clear status
             continue
-        nested = sorted(p for p in submission.rglob(f"{name}.ipynb") if ".ipynb_checkpoints" not in p.parts)
+        nested = sorted(p for p in submission.rglob(f"{name}.ipynb") if inside(p))
         found[name] = nested[0] if nested else None
     if any(p is None for p in found.values()):  # renamed notebooks ("01_attention-Copy1.ipynb")
         taken = {p for p in found.values() if p is not None}
         others = sorted(p for p in submission.rglob("*.ipynb")
-                        if ".ipynb_checkpoints" not in p.parts and p not in taken)[:MAX_CANDIDATES]
+                        if inside(p) and not p.is_symlink() and p not in taken)[:MAX_CANDIDATES]
         for path in others:
             try:
                 nb = read_notebook(path)

@@ -152,6 +152,10 @@ def child_env(home: str) -> dict[str, str]:
 def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: int) -> list[str]:
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--hostname", "grader"]
+    # Scratch space first: a size-limited tmpfs at /tmp, thrown away with the sandbox (no disk
+    # fill). Mounted before the binds so that a Python installation under /tmp (a virtual
+    # environment in a checkout under /tmp, as CI makes) is bound on top of it, not hidden by it.
+    argv += ["--size", str(scratch_bytes), "--tmpfs", SCRATCH_VIEW, "--dir", f"{SCRATCH_VIEW}/work"]
     visible: list[str] = []
 
     def ro(path: str) -> None:
@@ -176,10 +180,8 @@ def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: 
         for node in sorted(glob.glob("/dev/nvidia*")):
             argv += ["--dev-bind", node, node]
         argv += ["--ro-bind-try", "/sys", "/sys"]
-    # Scratch space: size-limited tmpfs, thrown away with the sandbox (no disk fill).
-    argv += ["--size", str(scratch_bytes), "--tmpfs", SCRATCH_VIEW,
-             "--size", str(scratch_bytes), "--tmpfs", "/dev/shm",
-             "--dir", f"{SCRATCH_VIEW}/work"]
+    # /dev/shm: size-limited, thrown away with the sandbox (no disk fill).
+    argv += ["--size", str(scratch_bytes), "--tmpfs", "/dev/shm"]
     # Anything secret that lies inside a folder the child needs is covered by an empty tmpfs.
     covered: list[str] = []
     for secret in sorted(hidden_paths(), key=len):

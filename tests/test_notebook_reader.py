@@ -47,7 +47,7 @@ def test_markdown_solution_cell_is_reported_as_such():
 
 
 @pytest.mark.parametrize("content,needle", [
-    ("{not json", "not a valid notebook"),
+    ("{not json", "not valid JSON \\(line 1, column 2"),
     ('{"hello": 1}', "not a valid notebook"),
     ("\udcff", None),
 ])

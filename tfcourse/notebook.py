@@ -8,6 +8,7 @@ source notebooks. Reading a notebook never executes anything.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,8 @@ def read_notebook(path: str | Path) -> Any:
     Raises UnreadableNotebook with one clear line for anything else.
     """
     path = Path(path)
+    if path.is_symlink():  # a link could point at the course's solutions or at system files
+        raise UnreadableNotebook(f"{path.name} is a symbolic link; submit the notebook file itself")
     try:
         size = path.stat().st_size
     except OSError as exc:
@@ -69,6 +72,11 @@ def read_notebook(path: str | Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise UnreadableNotebook(f"{path.name} is not UTF-8 text (is it a notebook?)") from None
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:  # say where, without quoting the file
+        raise UnreadableNotebook(f"{path.name} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                                 f"{exc.msg})") from None
     try:
         nb = nbformat.reads(text, as_version=4)
     except Exception as exc:  # nbformat raises several kinds for JSON and schema errors

@@ -585,7 +585,7 @@ ATTACKS: list[Hostile] = [
     # broken notebooks
     Hostile("invalid_json", "broken notebooks", mangle=_write('{"cells": [{"cell_type": "code", '),
             expect=dict.fromkeys(EXERCISES, "error"), notebook_status="unreadable",
-            feedback={"softmax": ("not a valid notebook",)}),
+            feedback={"softmax": ("not valid JSON (line 1",)}),
     Hostile("binary_file", "broken notebooks", mangle=_write(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe"),
             expect=dict.fromkeys(EXERCISES, "error"), notebook_status="unreadable",
             feedback={"softmax": ("not UTF-8",)}),

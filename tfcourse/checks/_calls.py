@@ -127,7 +127,10 @@ class Outcome:
 
     def error_line(self) -> str:
         msg = self.error_message.strip().splitlines()
-        return f"{self.error_type}: {msg[-1]}" if msg else self.error_type
+        if not msg:
+            return self.error_type
+        last = msg[-1] if len(msg[-1]) <= 300 else msg[-1][:300] + " …"
+        return f"{self.error_type}: {last}"
 
 
 def _materialize(value: Any, device: torch.device | str | None) -> Any:

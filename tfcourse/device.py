@@ -6,7 +6,7 @@ import random
 
 import torch
 
-__all__ = ["get_device", "make_generator", "seed_everything", "judging_mode"]
+__all__ = ["get_device", "make_generator", "seed_everything"]
 
 
 def get_device(prefer: str = "auto") -> torch.device:
@@ -39,13 +39,3 @@ def seed_everything(seed: int = 0) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
 
-
-def judging_mode() -> None:
-    """Numeric flags the grader sets before running any code it judges.
-
-    TF32 off (it would change float32 matmuls on Ampere+ GPUs by ~1e-3), deterministic
-    single-threaded CPU maths, so a correct answer passes whatever the machine's defaults.
-    """
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_num_threads(1)

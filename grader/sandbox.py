@@ -174,7 +174,8 @@ def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: 
     for f in ETC_FILES:
         argv += ["--ro-bind-try", f, f]
     for d in sorted(_python_dirs(), key=len):  # a folder before the folders inside it
-        ro(d)
+        if not _under(SCRATCH_VIEW, d):  # never /tmp itself (or /): it holds other jobs' files
+            ro(d)
     argv += ["--proc", "/proc", "--dev", "/dev"]
     if device.startswith("cuda"):
         for node in sorted(glob.glob("/dev/nvidia*")):

@@ -358,14 +358,21 @@ def test_bwrap_view_never_binds_the_course_checkout(tmp_path):
 
 
 def test_bwrap_covers_the_checkout_when_it_lies_inside_a_visible_folder(tmp_path, monkeypatch, mode):
-    python_dirs = sandbox._python_dirs
-    monkeypatch.setattr(sandbox, "_python_dirs", lambda: [*python_dirs(), str(ROOT.resolve().parent)])
-    argv = sandbox.launch(sandbox.Sandbox("bwrap"), tmp_path, [], device="cpu", scratch_mb=8).argv
+    # A checkout inside a folder the child needs (e.g. inside the Python installation), wherever
+    # the real checkout lies: the child must see an empty folder there.
+    visible, job = tmp_path / "visible", tmp_path / "job"
+    checkout = visible / "checkout"
+    (checkout / "solutions").mkdir(parents=True)
+    (checkout / "solutions" / "01_attention.ipynb").write_text("{}")
+    job.mkdir()
+    python_dirs, hidden = sandbox._python_dirs, sandbox.hidden_paths
+    monkeypatch.setattr(sandbox, "_python_dirs", lambda: [*python_dirs(), str(visible)])
+    monkeypatch.setattr(sandbox, "hidden_paths", lambda: [*hidden(), str(checkout)])
+    argv = sandbox.launch(sandbox.Sandbox("bwrap"), job, [], device="cpu", scratch_mb=8).argv
     covered = [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"]
-    assert str(ROOT.resolve()) in covered  # the checkout, and with it grader/ and tfcourse/
-    # and bwrap accepts it: the child sees an empty folder where the checkout is
-    (tmp_path / "child.py").write_text(f"import os\nprint(os.listdir({str(ROOT.resolve())!r}))\n")
-    spec = sandbox.launch(sandbox.Sandbox("bwrap"), tmp_path, [], device="cpu", scratch_mb=8)
+    assert str(checkout) in covered
+    (job / "child.py").write_text(f"import os\nprint(os.listdir({str(checkout)!r}))\n")
+    spec = sandbox.launch(sandbox.Sandbox("bwrap"), job, [], device="cpu", scratch_mb=8)
     if mode != "bwrap":
         pytest.skip("bwrap does not work here")
     proc = subprocess.run(spec.argv, env=spec.env, capture_output=True, text=True, timeout=120)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import torch
@@ -312,14 +312,6 @@ def judge_case(case: Case, outcomes: list[Outcome], expected: list[Outcome] | No
     return CaseResult("passed")
 
 
-@dataclass
-class Summary:
-    passed: int = 0
-    total: int = 0
-    failure: CaseResult | None = None
-    results: list[CaseResult] = field(default_factory=list)
-
-
 def not_attempted(outcomes: list[Outcome]) -> bool:
     return any(o.kind == "error" and o.error_type == "NotImplementedError" for o in outcomes)
 
@@ -335,24 +327,20 @@ def _not_attempted_message(exercise: str, outcomes: list[Outcome], names: set[st
 
 
 def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = True,
-               also: dict[str, Any] | None = None) -> Summary:
+               also: dict[str, Any] | None = None) -> None:
     """Run ``cases`` in this process against ``obj``; raise :class:`CheckFailed` on the first
     failure (the notebook cell then shows the message), print one line on success.
 
     also: other names the calls may use (e.g. the learner's ``MultiHeadAttention`` when checking
     ``mha_from_torch``), as they are in the grader's child, where all solution cells are defined.
     """
-    summary = Summary(total=len(cases))
     namespace = {**(also or {}), exercise: obj}
     for case in cases:
         outcomes = [run_call(c, namespace) for c in case.calls]
         if not_attempted(outcomes):
             raise CheckFailed(_not_attempted_message(exercise, outcomes, set(namespace)))
         result = judge_case(case, outcomes)
-        summary.results.append(result)
         if result.status != "passed":
             raise CheckFailed(result.message)
-        summary.passed += 1
     if verbose:
         print(f"✓ {exercise}: all {len(cases)} checks passed")
-    return summary

@@ -71,6 +71,9 @@ class Case:
     seed: the generator seed the inputs came from (reported for reproduction).
     reference: when True the grader fills ``Judge.expected`` by running the same calls on the
     reference solution (hidden cases). mistakes: catalogue entries that give hints.
+    part: which test cell of the exercise scores this case ("" = the exercise's only/first test
+    cell, ``test_<exercise>``; another name = the test cell ``test_<exercise>__<part>``), so an
+    exercise's points can be split over core behaviour and edge cases (partial credit).
     """
 
     exercise: str
@@ -81,6 +84,7 @@ class Case:
     reference: bool = False
     mistakes: Sequence[Mistake] = ()
     hidden: bool = False
+    part: str = ""
 
     def inputs(self) -> str:
         text = self.calls[0].describe() if self.calls else ""

@@ -50,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", type=Path, metavar="FILE", help="write a CSV gradebook: one row per submission")
     p.add_argument("--feedback", type=Path, metavar="DIR", help="write one feedback file per submission")
     p.add_argument("--quiet", action="store_true", help="don't print the table")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse to grade with weaker isolation than bubblewrap unless --sandbox names the "
+                        "weaker mode (always on for a batch of several submissions)")
+    p.add_argument("--doctor", action="store_true",
+                   help="say which sandbox would be used and why, whether CUDA is seen, the torch/nbgrader "
+                        "versions and whether the course files are consistent; grade nothing")
     return p
 
 
@@ -69,20 +75,33 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.sandbox:
         os.environ[sandbox.ENV_VAR] = args.sandbox
+    if args.doctor:
+        from .doctor import doctor
+
+        return doctor(device=args.device)
+    submissions = args.submissions or ["notebooks"]
+    # A batch (or --strict) never falls back silently: without bubblewrap it stops here, before
+    # grading, unless the weaker mode was asked for by name (then every row says which).
+    strict = args.strict or len(submissions) > 1
     try:
         course = load_course()
         device = str(get_device(args.device))
-        isolation = sandbox.choose()
+        isolation = sandbox.choose(strict=strict)
     except (CourseError, RuntimeError) as exc:
         print(f"grader: {exc}", file=sys.stderr)
         return 1
+    # The unshare sandbox covers these too: the folders around the submissions (other learners'
+    # work) and the folders the reports go to.
+    around = [Path(s).resolve() for s in submissions]
+    around += [p.resolve().parent for p in (args.json, args.csv) if p is not None]
+    around += [args.feedback.resolve()] if args.feedback is not None else []
+    sandbox.protect([*around, *(p.parent for p in around)])
     notebooks = None
     if args.notebooks:
         notebooks = [n.strip().removesuffix(".ipynb") for n in args.notebooks.split(",") if n.strip()]
         unknown = [n for n in notebooks if n not in course]
         if unknown:
             parser.error(f"unknown notebook(s) {', '.join(unknown)}; the course has {', '.join(course)}")
-    submissions = args.submissions or ["notebooks"]
     for s in submissions:
         if not Path(s).exists():
             print(f"grader: warning: {s} does not exist; its row will show every notebook missing", file=sys.stderr)

@@ -42,7 +42,7 @@ def write_json(report: dict[str, Any], path: Path) -> None:
 
 def write_csv(report: dict[str, Any], path: Path) -> None:
     """One row per submission: a column per exercise (``<notebook>:<exercise>``), notebook
-    totals, then score and max_score."""
+    totals, then score, max_score and sandbox (the isolation its code ran in)."""
     columns: list[str] = []
     for sub in report["submissions"]:
         for nb in sub["notebooks"]:
@@ -54,7 +54,7 @@ def write_csv(report: dict[str, Any], path: Path) -> None:
                 columns.append(nb["notebook"])
     with path.open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["submission", *columns, "score", "max_score"])
+        writer.writerow(["submission", *columns, "score", "max_score", "sandbox"])
         for sub in report["submissions"]:
             values: dict[str, float] = {}
             for nb in sub["notebooks"]:
@@ -62,7 +62,8 @@ def write_csv(report: dict[str, Any], path: Path) -> None:
                 for ex in nb["exercises"]:
                     values[f"{nb['notebook']}:{ex['exercise']}"] = ex["score"]
             writer.writerow([sub["submission"], *(_pts(values[c]) if c in values else "" for c in columns),
-                             _pts(sub["score"]), _pts(sub["max_score"])])
+                             _pts(sub["score"]), _pts(sub["max_score"]),
+                             sub.get("sandbox", report.get("sandbox", ""))])
 
 
 def feedback_text(sub: dict[str, Any]) -> str:

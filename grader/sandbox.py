@@ -11,8 +11,16 @@ environment variable ``TFCOURSE_SANDBOX`` can ask for one, see docs/grading.md):
   ``grader/cases``, ``tfcourse/reference``), not other submissions, not the reports. Also no
   network (own network namespace), own PID namespace (every process it starts dies with it), no
   capabilities (so it cannot raise its own rlimits or remount anything), no new privileges.
-* ``unshare`` (util-linux, Linux with user namespaces): no network, own PID namespace, rlimits
-  the child cannot raise. Files are NOT hidden.
+* ``unshare`` (util-linux, Linux with user namespaces): no network, own PID, IPC and UTS
+  namespaces, rlimits the child cannot raise, and a file view made in its own mount namespace
+  (:data:`VIEW_SCRIPT`, before learner code runs): every top-level folder of ``/`` except the
+  system's (``/usr``, ``/bin``, ``/lib*``, ``/proc``) is covered by an empty tmpfs, and so are
+  the course checkout, the submissions' folders (:func:`protect`) and the folder of the job
+  folders; then only what the child needs is put back: the Python installation, its own job
+  folder (read-only, with a size-limited tmpfs as working directory), a few ``/etc`` files and
+  ``/dev`` nodes; everything is read-only and every capability dropped before learner code
+  starts. Still visible, unlike bwrap: the covered folders' names (empty), ``/proc/self/mountinfo``,
+  the machine's host name, and the job folder under its real path rather than ``/job``.
 * ``none`` (e.g. macOS): a new session (process group) and rlimits only.
 
 In every mode the grading process also watches the child from outside (:class:`Watch`): the
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import json
 import os
 import shutil
 import signal
@@ -41,7 +50,8 @@ MODES = ("bwrap", "unshare", "none")
 DESCRIPTIONS = {
     "bwrap": "bubblewrap: private file view (job folder + public course code only), no network, "
              "own PID namespace, no capabilities",
-    "unshare": "unshare: no network, own PID namespace, rlimits it cannot raise; files are NOT hidden",
+    "unshare": "unshare: mount-namespace file view (job folder + Python installation; checkout, other "
+               "submissions and jobs covered), no network, own PID namespace, no capabilities",
     "none": "no sandbox: process group and rlimits only; learner code can read and write "
             "whatever the grader's user can, and use the network",
 }
@@ -59,14 +69,20 @@ ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/a
 
 
 class SandboxError(RuntimeError):
-    """The sandbox asked for (``TFCOURSE_SANDBOX``) cannot be used on this machine."""
+    """The sandbox asked for (``TFCOURSE_SANDBOX``) cannot be used on this machine, or a batch
+    would have to run with weaker isolation than bubblewrap without asking for it by name."""
 
 
 @dataclass(frozen=True)
 class Sandbox:
-    """The isolation used for every child of this grading process."""
+    """The isolation used for every child of this grading process.
+
+    fallback: why ``auto`` did not take the stronger modes ("" when it took bwrap, or when a mode
+    was asked for by name); requested: what was asked for (auto, bwrap, unshare, none)."""
 
     mode: str
+    fallback: str = ""
+    requested: str = "auto"
 
     @property
     def description(self) -> str:
@@ -74,7 +90,7 @@ class Sandbox:
 
     @property
     def hides_files(self) -> bool:
-        return self.mode == "bwrap"
+        return self.mode in ("bwrap", "unshare")
 
     @property
     def pid_namespace(self) -> bool:
@@ -193,7 +209,132 @@ def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: 
     return argv + inner
 
 
-UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
+UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child",
+           "--mount-proc", "--"]
+
+# The unshare view. Top-level entries of / the child keeps as they are (read-only): the system.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc")
+# Device nodes put back into the child's /dev (the set bubblewrap's --dev gives).
+DEV_NODES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+
+# Run as ``python -I -S -c VIEW_SCRIPT SPEC PROGRAM ARGS...`` as the first process of the unshare
+# sandbox (root of a new user namespace, in a new mount namespace, before any learner code).
+# SPEC (JSON): "cover" folders get an empty tmpfs, "keep" paths under a cover are bound back
+# from the original (opened before anything is covered), "mask" files get /dev/null bound over
+# them; paths are handled shortest first, so what is nested inside something bound back is
+# covered again. Then everything is made read-only (recursively), size-limited tmpfs are mounted
+# at "scratch" and /dev/shm, every capability is dropped (bounding set, ambient, no new
+# privileges) and PROGRAM is executed in "scratch". Any failure stops the sandbox (exit 125):
+# the grader never runs learner code in a half-made view.
+VIEW_SCRIPT = r"""
+import ctypes, json, os, sys
+spec = json.loads(sys.argv[1]); program = sys.argv[2:]
+libc = ctypes.CDLL(None, use_errno=True)
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 1, 2, 4, 4096, 16384
+def fail(what):
+    sys.stderr.write("tfcourse unshare view: " + what + "\n"); sys.stderr.flush(); os._exit(125)
+def mount(src, dst, fs, flags, data=None):
+    args = [None if a is None else a.encode() for a in (src, dst, fs, data)]
+    if libc.mount(args[0], args[1], args[2], ctypes.c_ulong(flags), args[3]) != 0:
+        e = ctypes.get_errno(); fail("mount %s on %s: %s" % (fs or src, dst, os.strerror(e)))
+def under(p, root):
+    return p == root or p.startswith(root.rstrip("/") + "/")
+def tmpfs(path, size):
+    os.makedirs(path, exist_ok=True)
+    mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=755" % size)
+try:
+    fds = {}
+    for path in spec["keep"] + ["/dev/null"]:
+        try:
+            fds[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            pass
+    events = sorted([(p, "cover") for p in spec["cover"]] + [(p, "keep") for p in spec["keep"] if p in fds],
+                    key=lambda e: (len(e[0]), e[1] == "keep"))
+    done = []
+    for path, what in events:
+        near = max((d for d in done if under(path, d[0])), key=lambda d: len(d[0]), default=None)
+        hidden = near is not None and near[1] == "cover"
+        if what == "cover":
+            if hidden or not os.path.isdir(path) or os.path.islink(path):
+                continue
+            tmpfs(path, 2**20)
+        else:
+            if not hidden:
+                continue
+            if os.path.isdir("/proc/self/fd/%d" % fds[path]):
+                os.makedirs(path, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                open(path, "a").close()
+            mount("/proc/self/fd/%d" % fds[path], path, None, MS_BIND | MS_REC)
+        done.append((path, what))
+    for path in spec["mask"]:
+        if os.path.isfile(path) and not os.path.islink(path):
+            mount("/proc/self/fd/%d" % fds["/dev/null"], path, None, MS_BIND)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        if not os.path.lexists("/dev/" + name):
+            os.symlink(target, "/dev/" + name)
+    os.makedirs("/dev/shm", exist_ok=True)
+    # everything read-only, recursively (mount_setattr, Linux >= 5.12; the same number everywhere)
+    attr = (ctypes.c_uint64 * 4)(MS_RDONLY | MS_NOSUID, 0, 0, 0)  # MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID
+    if libc.syscall(442, -100, b"/", 0x8000, ctypes.byref(attr), ctypes.c_size_t(32)) != 0:
+        fail("cannot make the view read-only (mount_setattr): " + os.strerror(ctypes.get_errno()))
+    tmpfs(spec["scratch"], spec["scratch_bytes"])
+    tmpfs("/dev/shm", spec["scratch_bytes"])
+    last = int(open("/proc/sys/kernel/cap_last_cap").read())
+    for cap in range(last + 1):
+        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            fail("cannot drop capability %d" % cap)
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        fail("cannot set no_new_privs")
+    os.chdir(spec["scratch"])
+except OSError as exc:
+    fail(str(exc))
+os.execv(program[0], program)
+"""
+
+_protected: set[str] = set()
+
+
+def protect(paths) -> None:
+    """Folders the unshare view covers too (e.g. the folders holding the batch's submissions,
+    the folders reports are written to). "/" and folders in or around the system's are ignored."""
+    for path in paths:
+        real = _real(str(path))
+        if real != "/" and not any(_under(real, s) or _under(s, real) for s in SYSTEM_DIRS):
+            _protected.add(real)
+
+
+def protected() -> list[str]:
+    """The folders :func:`protect` was given (real paths, sorted)."""
+    return sorted(_protected)
+
+
+def _unshare_spec(job_dir: str, scratch: str, *, device: str, scratch_bytes: int) -> dict:
+    """What VIEW_SCRIPT covers and keeps for one child (see the module docstring)."""
+    cover, mask = [], []
+    for entry in sorted(os.listdir("/")):
+        path = "/" + entry
+        if path in SYSTEM_DIRS or os.path.islink(path):
+            continue
+        if os.path.isdir(path):
+            if path == "/sys" and device.startswith("cuda"):
+                continue
+            cover.append(path)
+        elif os.path.isfile(path):
+            mask.append(path)
+    cover += hidden_paths() + sorted(_protected) + [str(Path(job_dir).parent)]
+    cover = [c for c in dict.fromkeys(cover) if c != "/" and not any(_under(s, c) for s in SYSTEM_DIRS)]
+    keep = [*_python_dirs(), job_dir, *(f for f in ETC_FILES if os.path.exists(f)), *DEV_NODES]
+    for var in ("LD_LIBRARY_PATH", "CUDA_HOME"):
+        keep += [d for d in os.environ.get(var, "").split(":") if os.path.isabs(d) and os.path.isdir(d)]
+    if device.startswith("cuda"):
+        keep += sorted(glob.glob("/dev/nvidia*"))
+    keep = [k for k in dict.fromkeys(keep) if k not in cover]
+    return {"cover": cover, "keep": keep, "mask": mask, "scratch": scratch, "scratch_bytes": scratch_bytes}
 
 
 def launch(sandbox: Sandbox, job_dir: Path, child_args: list[str], *, device: str, scratch_mb: int) -> Launch:
@@ -205,13 +346,16 @@ def launch(sandbox: Sandbox, job_dir: Path, child_args: list[str], *, device: st
     if sandbox.mode == "bwrap":
         job, scratch = JOB_VIEW, f"{SCRATCH_VIEW}/work"
     else:
-        job, scratch = str(job_dir), str(job_dir / "work")
+        job = _real(str(job_dir)) if sandbox.mode == "unshare" else str(job_dir)
+        scratch = f"{job}/work"
         (job_dir / "work").mkdir(exist_ok=True)
     inner = [sys.executable, "-I", f"{job}/child.py", job, *child_args]
+    scratch_bytes = max(1, scratch_mb) * 2**20
     if sandbox.mode == "bwrap":
-        argv = _bwrap_argv(job_dir, inner, device=device, scratch_bytes=max(1, scratch_mb) * 2**20)
+        argv = _bwrap_argv(job_dir, inner, device=device, scratch_bytes=scratch_bytes)
     elif sandbox.mode == "unshare":
-        argv = UNSHARE + inner
+        spec = _unshare_spec(job, scratch, device=device, scratch_bytes=scratch_bytes)
+        argv = [*UNSHARE, sys.executable, "-I", "-S", "-c", VIEW_SCRIPT, json.dumps(spec), *inner]
     else:
         argv = inner
     return Launch(argv, child_env(scratch), str(job_dir), job, scratch)
@@ -245,6 +389,11 @@ def _works(mode: str) -> str | None:
 
 
 _lock = threading.Lock()
+_warned: list[Sandbox] = []  # the choices already warned about (kept: identity counts)
+
+# The one-line fixes, named in the refusal and in `python -m grader --doctor`.
+FIX = ("install bubblewrap (`apt-get install bubblewrap`, or the container recipe in docs/grading.md), "
+       "or ask for a weaker sandbox by name: --sandbox unshare / --sandbox none")
 
 
 @functools.cache
@@ -253,28 +402,46 @@ def _choose(requested: str) -> Sandbox:
         why = _works(requested)
         if why is not None:
             raise SandboxError(f"{ENV_VAR}={requested}, but {why}")
-        return Sandbox(requested)
+        return Sandbox(requested, requested=requested)
     if requested not in ("", "auto"):
         raise SandboxError(f"{ENV_VAR}={requested!r}: expected one of auto, {', '.join(MODES)}")
     reasons = []
     for mode in MODES:
         why = _works(mode)
         if why is None:
-            if mode != "bwrap":
-                print(f"grader: warning: {'; '.join(reasons)}: learner code runs with weaker isolation, "
-                      f"sandbox {mode!r} ({DESCRIPTIONS[mode]}); see docs/grading.md", file=sys.stderr)
-            return Sandbox(mode)
+            return Sandbox(mode, fallback="; ".join(reasons))
         reasons.append(why)
     raise AssertionError("unreachable: mode 'none' always works")
 
 
-def choose() -> Sandbox:
+def requested() -> str:
+    """What this process asks for: ``TFCOURSE_SANDBOX`` (set by ``--sandbox``), or auto."""
+    return os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+
+
+def refusal(box: Sandbox) -> str:
+    """The one-line error of a batch (or --strict) that would run without bubblewrap."""
+    return (f"bubblewrap is unavailable ({box.fallback}), and a batch (or --strict) does not fall back "
+            f"to sandbox {box.mode!r} unasked: {FIX}")
+
+
+def choose(strict: bool = False) -> Sandbox:
     """The sandbox for this process's children (probed once; ``TFCOURSE_SANDBOX`` may ask for
-    one: auto, bwrap, unshare or none). Warns once on stderr when auto falls back.
+    one: auto, bwrap, unshare or none). When auto falls back: with ``strict`` (a batch, or
+    ``--strict``) raises SandboxError with :func:`refusal`'s line, else warns once on stderr.
 
     Raises SandboxError when the requested mode cannot run here."""
     with _lock:
-        return _choose(os.environ.get(ENV_VAR, "auto").strip().lower())
+        asked = requested()
+        box = _choose(asked)
+        if box.fallback:
+            if strict:
+                raise SandboxError(refusal(box))
+            if not any(b is box for b in _warned):
+                _warned.append(box)
+                print(f"grader: warning: {box.fallback}: learner code runs with weaker isolation, "
+                      f"sandbox {box.mode!r} ({DESCRIPTIONS[box.mode]}); see docs/grading.md", file=sys.stderr)
+        return box
 
 
 # ---------------------------------------------------------------------------------------------

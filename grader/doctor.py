@@ -1,0 +1,130 @@
+"""``python -m grader --doctor``: the first thing to run on a new grading machine.
+
+One screen: which sandbox the grader would use (for one submission and for a batch) and why,
+whether CUDA is seen, the versions that matter, and whether the course files are consistent.
+Grades nothing and starts no learner code. Exit status 0 when the grader can grade a batch here
+as configured, 1 when something would stop it (the lines marked ✗ say what).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import platform
+import sys
+from importlib import metadata
+
+from . import sandbox
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cuda() -> tuple[str, bool]:
+    """(one line about CUDA, whether it is usable)."""
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - torch is a requirement
+        return f"torch cannot be imported ({exc})", False
+    if not torch.cuda.is_available():
+        return (f"not seen (torch {torch.__version__}, built for CUDA {torch.version.cuda or 'none'}): "
+                "--device cuda would stop with an error, --device auto runs on CPU"), False
+    names = sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
+    return (f"seen: {torch.cuda.device_count()} device(s), {', '.join(names)} (CUDA {torch.version.cuda}); "
+            "--device cuda or auto grades on it"), True
+
+
+def _course() -> list[tuple[bool, str]]:
+    """(ok, line) about the course files."""
+    from .build import NOTEBOOKS, ROOT, SOLUTIONS
+    from .build import main as build_main
+    from .course import CourseError, load_course
+
+    lines: list[tuple[bool, str]] = []
+    sources = sorted(p.stem for p in SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
+    released = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    lines.append((bool(sources), f"checkout {ROOT}: {len(sources)} notebooks in solutions/, "
+                                 f"{len(released)} in notebooks/"))
+    if sources != released:
+        lines.append((False, f"solutions/ and notebooks/ differ: {sorted(set(sources) ^ set(released))}"))
+    try:
+        course = load_course()
+        exercises = sum(len(nb.exercises) for nb in course.values())
+        points = sum(nb.max_score for nb in course.values())
+        missing = []
+        for nb in course.values():
+            try:
+                nb.cases_module()
+            except ImportError:
+                missing.append(nb.name)
+        lines.append((not missing, f"course: {len(course)} notebooks, {exercises} exercises, {points:g} points"
+                      + (f"; no hidden cases for {', '.join(missing)}" if missing else "; hidden cases for each")))
+    except CourseError as exc:
+        lines.append((False, f"course files: {exc}"))
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = build_main(["--check"])
+    except Exception as exc:  # nbgrader missing or a broken notebook: say so, don't crash
+        status, err = 1, io.StringIO(f"{type(exc).__name__}: {exc}")
+    text = (err.getvalue() or out.getvalue()).strip().splitlines()
+    lines.append((status == 0, f"python -m grader.build --check: {text[-1] if text else f'exit {status}'}"))
+    return lines
+
+
+def report(device: str = "cpu") -> tuple[list[str], bool]:
+    """The doctor's lines and whether everything needed is in order."""
+    ok = True
+    lines = ["tfcourse grader doctor", ""]
+
+    def add(good: bool | None, label: str, text: str) -> None:
+        nonlocal ok
+        mark = {True: "✓", False: "✗", None: "!"}[good]
+        ok &= good is not False
+        lines.append(f"{mark} {label:<9} {text}")
+
+    user = f"uid {os.getuid()}" if hasattr(os, "getuid") else "?"
+    add(None if user == "uid 0" else True, "python",
+        f"{platform.python_version()} ({sys.executable}), {platform.system()} {platform.machine()}, {user}"
+        + (" (root: docs/grading.md advises an ordinary user)" if user == "uid 0" else ""))
+    add(True, "versions", f"torch {_version('torch')}, nbgrader {_version('nbgrader')}, "
+                          f"safetensors {_version('safetensors')}")
+    cuda, usable = _cuda()
+    add(usable if device == "cuda" else (True if usable else None), "CUDA", cuda)
+
+    works = {mode: sandbox._works(mode) for mode in sandbox.MODES}
+    for mode in sandbox.MODES:
+        add(True if works[mode] is None else None, "sandbox", f"{mode:<8}"
+            + ("works" if works[mode] is None else f"unavailable: {works[mode]}"))
+    asked = sandbox.requested()
+    source = f"{sandbox.ENV_VAR}={asked}" if os.environ.get(sandbox.ENV_VAR) else "auto (default)"
+    if asked in sandbox.MODES:
+        usable_mode = works[asked] is None
+        add(usable_mode, "will use", f"{asked}, asked for by name ({source})" if usable_mode
+            else f"nothing: {asked} was asked for ({source}) but {works[asked]}")
+        if usable_mode and asked != "bwrap":
+            add(None, "", f"every report row says sandbox {asked!r}: {sandbox.DESCRIPTIONS[asked]}")
+    else:
+        first = next(m for m in sandbox.MODES if works[m] is None)
+        if first == "bwrap":
+            add(True, "will use", f"bwrap for one submission and for a batch ({source}: the strongest that works)")
+        else:
+            add(None, "will use", f"{first} for one submission, with a warning ({source}; bwrap: {works['bwrap']})")
+            add(False, "batch", f"a batch (or --strict) refuses to start: {sandbox.FIX}")
+    lines.append(f"  {'':<9} {sandbox.DESCRIPTIONS.get(asked if asked in sandbox.MODES else first, '')}")
+    for good, text in _course():
+        add(good, "course", text)
+    lines += ["", "ready: a batch can be graded here as configured" if ok else
+              "not ready: fix the lines marked ✗ (see docs/grading.md)"]
+    return lines, ok
+
+
+def doctor(device: str = "cpu") -> int:
+    lines, ok = report(device)
+    print("\n".join(lines))
+    return 0 if ok else 1

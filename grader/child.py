@@ -7,7 +7,8 @@ its path. It never decides a verdict: it sends what the learner's code returned,
 the grading process reads it.
 
 Inputs (read-only): ``JOB/job.json`` (setup code, learner cells, exercises and their encoded
-calls, device, seed, limits, cells/exercises to skip after an earlier child died on them) and
+calls, device, seed, limits, cells/exercises to skip after an earlier child died on them, and
+the course's code standing in for failed exercises that the graded ones call) and
 ``JOB/inputs.safetensors`` (every tensor the calls use).
 
 Output: frames on the pipe CHANNEL_FD, each ``<kind: 1 byte><length: 8 hex digits><payload>``:
@@ -221,6 +222,22 @@ def main(job_dir: str, fd: int) -> int:
                                           "cases": []}, save({}))
                     channel.mark("restart")
                     return 0
+
+    # Stand-ins: the course's own code for exercises the learner's versions of which failed,
+    # so that an exercise that calls them is graded on its own (one bug costs points once). The
+    # grading process sends them only in a second run that never grades the exercises stood in.
+    stand_ins = job.get("stand_ins") or {}
+    if stand_ins:
+        course_view = dict(namespace)  # setup names and the learner's other objects
+        try:
+            for name, source in stand_ins.items():
+                exec(compile(source, f"<course {name}>", "exec"), course_view)
+        except BaseException as exc:  # the course's own code failed: every exercise errors
+            setup_error = outcome_of_exception(exc)
+            cell_errors = {c["grade_id"]: setup_error for c in job["cells"]}
+        else:
+            for name in stand_ins:
+                namespace[name] = own[name] = course_view[name]
 
     for ex in job["exercises"]:
         name = ex["name"]

@@ -8,11 +8,18 @@ Everything here comes from the course's own files: points from the test cells of
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from types import ModuleType
+from typing import Any
 
-from tfcourse.notebook import grade_points, read_notebook, setup_source, solution_cells
+from tfcourse.notebook import (
+    grade_parts,
+    read_notebook,
+    setup_source,
+    solution_cells,
+    strip_solution_markers,
+)
 
 from .build import NOTEBOOKS, SOLUTIONS, module_name
 
@@ -24,8 +31,9 @@ class CourseError(RuntimeError):
 @dataclass(frozen=True)
 class Exercise:
     name: str
-    points: float
+    points: float  # all its test cells together
     stub: str  # the released cell's source, to tell an untouched stub
+    parts: tuple[tuple[str, float], ...] = ()  # (part, points) per test cell, in notebook order
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,13 @@ class Notebook:
     name: str  # "01_attention"
     exercises: tuple[Exercise, ...]
     setup: str  # the course's setup code, run in the child before the learner's cells
+    # the reference solution cells (exercise, source), in notebook order: they stand in for a
+    # learner's failed exercise while another exercise that calls it is graded (grading.py)
+    solutions: tuple[tuple[str, str], ...] = ()
+    released: Any = field(default=None, compare=False, repr=False)  # the learner notebook (nbformat)
+
+    def solution(self, exercise: str) -> str:
+        return dict(self.solutions)[exercise]
 
     @property
     def max_score(self) -> float:
@@ -58,11 +73,14 @@ def load_course() -> dict[str, Notebook]:
             raise CourseError(f"{released_path} is missing: run `python -m grader.build`")
         source_nb = read_notebook(src)
         released = read_notebook(released_path)
-        points = grade_points(source_nb)
-        stubs = solution_cells(released, list(points))
-        missing = [name for name in points if name not in stubs]
+        parts = grade_parts(source_nb)
+        stubs = solution_cells(released, list(parts))
+        missing = [name for name in parts if name not in stubs]
         if missing:
             raise CourseError(f"{released_path.name} lacks cells for {missing}: run `python -m grader.build`")
-        exercises = tuple(Exercise(name, pts, stubs[name].source) for name, pts in points.items())
-        course[src.stem] = Notebook(src.stem, exercises, setup_source(released))
+        exercises = tuple(Exercise(name, sum(pts.values()), stubs[name].source, tuple(pts.items()))
+                          for name, pts in parts.items())
+        solved = solution_cells(source_nb, list(parts))
+        solutions = tuple((name, strip_solution_markers(solved[name].source)) for name in parts if name in solved)
+        course[src.stem] = Notebook(src.stem, exercises, setup_source(released), solutions, released)
     return course

@@ -11,16 +11,24 @@ all-or-nothing rule nbgrader applies to a test cell. Feedback reports how many c
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from tfcourse.checks._calls import Outcome
 from tfcourse.checks._core import Case, judge_case
-from tfcourse.notebook import UnreadableNotebook, normalise_source, read_notebook, solution_cells
+from tfcourse.notebook import (
+    UnreadableNotebook,
+    added_cells,
+    normalise_source,
+    read_notebook,
+    solution_cells,
+    test_cell_id,
+)
 
 from . import sandbox
 from .cases import DEFAULT_SEED, reference_outcomes
-from .course import Notebook, load_course
+from .course import CourseError, Exercise, Notebook, load_course
 from .runner import ExerciseRun, Limits, run_notebook
 
 MAX_CANDIDATES = 50  # notebooks of a folder looked at when a course notebook is not found by name
@@ -99,13 +107,15 @@ def _limit_note(o: Outcome, limits: Limits) -> str:
         return (f"files are limited to {limits.file_mb} MiB each and the scratch space to "
                 f"{limits.file_mb} MiB; only the returned values are graded")
     if o.error_type == "NameError":
-        return ("only the exercise cells are graded, with the course's setup cell: define helpers "
-                "inside the exercise's cell")
+        return ("the grader runs the course's setup cell, your exercise cells and the code cells you "
+                "added, in notebook order, but not the course's demo cells: define what your answer "
+                "needs in its cell or in a cell you add")
     return ""
 
 
-def _judge_run(nb: Notebook, name: str, points: float, run: ExerciseRun, cases: list[Case],
+def _judge_run(nb: Notebook, ex: Exercise, run: ExerciseRun, cases: list[Case],
                device: str, limits: Limits, notes: list[str]) -> dict:
+    name, points = ex.name, ex.points
     note = "".join(f"\n  note: {n}" for n in notes)
     if run.status == "timeout":
         return _exercise(name, "timeout", points, f"✗ {name}: {run.message} (time limit: --timeout "
@@ -125,6 +135,7 @@ def _judge_run(nb: Notebook, name: str, points: float, run: ExerciseRun, cases: 
         extra = f"\n  ({extra})" if extra else ""
         return _exercise(name, "error", points, f"✗ {name}: {where} {o.error_line()}{extra}{note}")
     passed, first = 0, None
+    part_ok: dict[str, list[bool]] = {part: [] for part, _ in ex.parts}
     for case, outcomes in zip(cases, run.outcomes, strict=True):
         for o in outcomes:
             if o.kind == "error" and o.error_type == "NotImplementedError":
@@ -134,16 +145,26 @@ def _judge_run(nb: Notebook, name: str, points: float, run: ExerciseRun, cases: 
                 other = o.error_cell.removeprefix("<cell ").removesuffix(">")
                 return _exercise(name, "error", points, f"✗ {name}: it calls `{other}`, which is not "
                                  f"implemented yet (NotImplementedError){note}")
+        if case.part not in part_ok:
+            raise CourseError(f"{nb.name}: a case of {name} is scored by test cell "
+                              f"{test_cell_id(name, case.part)}, which solutions/{nb.name}.ipynb lacks")
         expected = reference_outcomes(nb.name, case) if case.reference else None
         result = judge_case(case, outcomes, expected, device)
+        part_ok[case.part].append(result.status == "passed")
         if result.status == "passed":
             passed += 1
         elif first is None:
             first = result
     total = len(cases)
-    if first is None:
-        return _exercise(name, "passed", points, f"✓ {name}: all {total} checks passed{note}", score=points,
-                         cases_passed=passed, cases_total=total)
+    parts = [{"test_cell": test_cell_id(name, part), "passed": bool(part_ok[part]) and all(part_ok[part]),
+              "score": pts if part_ok[part] and all(part_ok[part]) else 0.0, "max_score": pts}
+             for part, pts in ex.parts]
+    score = round(sum(p["score"] for p in parts), 4)
+    if first is None and all(p["passed"] for p in parts):
+        return _exercise(name, "passed", points, f"✓ {name}: all {total} checks passed{note}", score=score,
+                         cases_passed=passed, cases_total=total, parts=parts)
+    if first is None:  # a part without cases: a course bug, never free points
+        raise CourseError(f"{nb.name}: {name} has a test cell that no case scores")
     message = first.message
     if first.error is not None and _memory_error(first.error):
         message = f"✗ {name}: {_memory_text(limits)}\n" + \
@@ -151,8 +172,31 @@ def _judge_run(nb: Notebook, name: str, points: float, run: ExerciseRun, cases: 
     elif first.error is not None and _limit_note(first.error, limits):
         message += f"\n  ({_limit_note(first.error, limits)})"
     status = "error" if first.status == "error" else "failed"
-    return _exercise(name, status, points, f"{message}\n  ({passed} of {total} checks passed){note}",
-                     cases_passed=passed, cases_total=total)
+    summary = f"{passed} of {total} checks passed"
+    if len(parts) > 1:
+        summary += "; " + ", ".join(f"{p['test_cell']} {p['score']:g}/{p['max_score']:g}" for p in parts)
+    return _exercise(name, status, points, f"{message}\n  ({summary}){note}", score=score,
+                     cases_passed=passed, cases_total=total, parts=parts)
+
+
+def _calls_any(source: str, names: set[str]) -> set[str]:
+    """The names of ``names`` that ``source`` mentions as whole words."""
+    return {n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}\b", source)}
+
+
+def _stand_in_groups(needs: dict[str, set[str]]) -> list[tuple[list[str], set[str]]]:
+    """Group the exercises to grade again so that none is graded in a run where the course's
+    code stands in for it: ``[(exercises, stand-ins)]``."""
+    groups: list[tuple[list[str], set[str]]] = []
+    for name, stand_ins in needs.items():
+        for graded, stood in groups:
+            if name not in stood and not (stand_ins & set(graded)):
+                graded.append(name)
+                stood |= stand_ins
+                break
+        else:
+            groups.append(([name], set(stand_ins)))
+    return groups
 
 
 def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limits, seed: int) -> dict:
@@ -162,14 +206,16 @@ def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limi
               "exercises": [], "output": ""}
     if path is None:
         result["status"] = "missing"
-        result["exercises"] = [_exercise(e.name, "missing", e.points, f"{nb.name}.ipynb is not in the submission")
+        result["exercises"] = [_with_parts(_exercise(e.name, "missing", e.points,
+                                                     f"{nb.name}.ipynb is not in the submission"), e)
                                for e in nb.exercises]
         return result
     try:
         submitted = read_notebook(path)
     except UnreadableNotebook as exc:
         result["status"] = "unreadable"
-        result["exercises"] = [_exercise(e.name, "error", e.points, f"✗ {e.name}: {exc}") for e in nb.exercises]
+        result["exercises"] = [_with_parts(_exercise(e.name, "error", e.points, f"✗ {e.name}: {exc}"), e)
+                               for e in nb.exercises]
         return result
     cells = solution_cells(submitted, names)
     if path.name != f"{nb.name}.ipynb":
@@ -189,8 +235,13 @@ def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limi
             verdicts[ex.name] = _exercise(ex.name, "not_attempted", ex.points, f"{ex.name}: not attempted")
         else:
             to_run[ex.name] = cell.source
-    all_cells = {e.name: cells[e.name].source for e in nb.exercises
-                 if e.name in cells and cells[e.name].kind == "code"}
+    # The cells the child runs, in notebook order: the exercise cells and the code cells the
+    # learner added (a helper or an import above an exercise), as Run All would run them.
+    own = {cells[e.name].index: (e.name, cells[e.name].source) for e in nb.exercises
+           if e.name in cells and cells[e.name].kind == "code"}
+    extra = {} if nb.released is None else {
+        index: (f"added-{index}", source) for index, source in added_cells(submitted, nb.released, set(own))}
+    all_cells = dict(v for _, v in sorted({**own, **extra}.items()))
     if to_run:
         module = nb.cases_module()
         cases = {name: module.cases(name, seed) for name in to_run}
@@ -198,11 +249,51 @@ def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limi
         result["output"] = run.output
         for ex in nb.exercises:
             if ex.name in to_run:
-                verdicts[ex.name] = _judge_run(nb, ex.name, ex.points, run.exercises[ex.name], cases[ex.name],
+                verdicts[ex.name] = _judge_run(nb, ex, run.exercises[ex.name], cases[ex.name],
                                                device, limits, cells[ex.name].notes)
-    result["exercises"] = [verdicts[e.name] for e in nb.exercises]
+        _grade_with_stand_ins(nb, verdicts, to_run, all_cells, cases, cells, device=device, limits=limits,
+                              seed=seed)
+    result["exercises"] = [_with_parts(verdicts[e.name], e) for e in nb.exercises]
     result["score"] = round(sum(v["score"] for v in result["exercises"]), 4)
     return result
+
+
+def _with_parts(verdict: dict, ex: Exercise) -> dict:
+    """Every exercise row lists its test cells (``parts``): what each scored."""
+    if "parts" not in verdict:
+        verdict["parts"] = [{"test_cell": test_cell_id(ex.name, part), "passed": False, "score": 0.0,
+                             "max_score": pts} for part, pts in ex.parts]
+    return verdict
+
+
+def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, dict], to_run: dict[str, str],
+                          all_cells: dict[str, str], cases: dict[str, list[Case]], cells: dict,
+                          *, device: str, limits: Limits, seed: int) -> None:
+    """One bug costs points once: an exercise that lost points while it calls another exercise
+    that lost points too is graded again with the course's solution of the other one standing
+    in, in a second run whose output is not kept; the better verdict counts, with a note."""
+    failed = {n for n, v in verdicts.items() if v["status"] != "passed"}
+    if not failed:
+        return
+    extra_source = "\n".join(s for g, s in all_cells.items() if g.startswith("added-"))
+    needs = {}
+    for name in to_run:
+        if verdicts[name]["score"] < verdicts[name]["max_score"] and verdicts[name]["status"] in ("failed", "error", "timeout"):
+            called = _calls_any(to_run[name] + "\n" + extra_source, failed - {name})
+            if called:
+                needs[name] = called
+    for graded, stood in _stand_in_groups(needs):
+        order = [e.name for e in nb.exercises if e.name in stood]
+        run = run_notebook(nb.name, nb.setup, all_cells, {n: cases[n] for n in graded}, device=device,
+                           limits=limits, seed=seed, stand_ins={n: nb.solution(n) for n in order})
+        for name in graded:
+            ex = next(e for e in nb.exercises if e.name == name)
+            again = _judge_run(nb, ex, run.exercises[name], cases[name], device, limits, cells[name].notes)
+            if again["score"] > verdicts[name]["score"]:
+                used = ", ".join(f"`{n}`" for n in order if _calls_any(to_run[name] + "\n" + extra_source, {n}))
+                again["feedback"] += (f"\n  note: graded with the course's {used} in place of yours, which "
+                                      "lost points on its own (one bug costs points once)")
+                verdicts[name] = again
 
 
 def grade_submission(submission: str | Path, *, notebooks: list[str] | None = None, device: str = "cpu",
@@ -227,8 +318,9 @@ def grade_submission(submission: str | Path, *, notebooks: list[str] | None = No
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             row["notebooks"].append({
                 "notebook": name, "status": "unreadable", "score": 0.0, "max_score": nb.max_score,
-                "exercises": [_exercise(e.name, "error", e.points, f"✗ {e.name}: the grader failed on this "
-                                        f"notebook ({type(exc).__name__}: {first}); please report it")
+                "exercises": [_with_parts(_exercise(e.name, "error", e.points, f"✗ {e.name}: the grader failed "
+                                                    f"on this notebook ({type(exc).__name__}: {first}); "
+                                                    "please report it"), e)
                               for e in nb.exercises], "output": ""})
     row["score"] = round(sum(n["score"] for n in row["notebooks"]), 4)
     row["max_score"] = round(sum(n["max_score"] for n in row["notebooks"]), 4)

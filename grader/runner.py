@@ -228,12 +228,19 @@ def _describe_death(code: int | None, limits: Limits, wrapped: bool = False) -> 
 
 
 def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[str, list[Case]],
-                 *, device: str, limits: Limits, seed: int) -> NotebookRun:
+                 *, device: str, limits: Limits, seed: int,
+                 stand_ins: dict[str, str] | None = None) -> NotebookRun:
     """Run ``cells`` (grade_id -> source, in notebook order) and the calls of ``cases``.
+
+    ``stand_ins`` (exercise -> the course's source of it) replace the learner's versions of those
+    exercises after the cells ran, for the exercises of ``cases`` that call them; none of them
+    may be graded in the same run (the course's code would be in reach of what is graded).
 
     Returns an ExerciseRun for every exercise in ``cases``. Raises sandbox.SandboxError when
     the sandbox asked for with TFCOURSE_SANDBOX cannot run here.
     """
+    if stand_ins and set(stand_ins) & set(cases):
+        raise ValueError(f"exercises graded with the course's code in reach: {sorted(set(stand_ins) & set(cases))}")
     box = sandbox.choose()
     runs: dict[str, ExerciseRun] = {}
     skip_cells: list[str] = []
@@ -274,6 +281,7 @@ def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[s
                 "exercises": exercises,
                 "skip_cells": skip_cells,
                 "skip_exercises": [n for n in cases if n in runs],
+                "stand_ins": stand_ins or {},
                 "device": device,
                 "seed": seed,
                 "limits": {"memory_mb": limits.memory_mb, "file_mb": limits.file_mb},

@@ -21,8 +21,11 @@ __all__ = [
     "SolutionCell",
     "read_notebook",
     "solution_cells",
+    "added_cells",
     "setup_source",
+    "grade_parts",
     "grade_points",
+    "test_cell_id",
     "strip_solution_markers",
     "normalise_source",
 ]
@@ -51,6 +54,7 @@ class SolutionCell:
     source: str
     kind: str = "code"
     notes: list[str] = field(default_factory=list)
+    index: int = -1  # its position among the notebook's cells
 
 
 def read_notebook(path: str | Path) -> Any:
@@ -117,18 +121,18 @@ def solution_cells(nb: Any, exercises: list[str]) -> dict[str, SolutionCell]:
     """
     found: dict[str, SolutionCell] = {}
     counts: dict[str, int] = {}
-    for cell in nb.cells:
+    for index, cell in enumerate(nb.cells):
         gid = _nbgrader(cell).get("grade_id")
         if gid in exercises:
             counts[gid] = counts.get(gid, 0) + 1
-            found[gid] = SolutionCell(gid, _source(cell), cell.get("cell_type", "code"))
+            found[gid] = SolutionCell(gid, _source(cell), cell.get("cell_type", "code"), index=index)
     for gid, n in counts.items():
         if n > 1:
             found[gid].notes.append(f"{n} cells carry grade_id '{gid}'; the last one counts")
     for name in exercises:
         if name in found:
             continue
-        for cell in nb.cells:
+        for index, cell in enumerate(nb.cells):
             nbg = _nbgrader(cell)
             if cell.get("cell_type") != "code" or nbg.get("grade") or nbg.get("locked"):
                 continue
@@ -136,7 +140,31 @@ def solution_cells(nb: Any, exercises: list[str]) -> dict[str, SolutionCell]:
             if name in _defined_names(src):
                 found[name] = SolutionCell(name, src, "code",
                                            [f"no cell carries grade_id '{name}' (nbgrader metadata was "
-                                            f"removed?); graded the cell that defines `{name}`"])
+                                            f"removed?); graded the cell that defines `{name}`"], index)
+    return found
+
+
+def added_cells(nb: Any, released: Any, taken: set[int] = frozenset()) -> list[tuple[int, str]]:
+    """The code cells a learner added to ``nb`` (a submission of the ``released`` notebook):
+    ``[(index, source)]`` in notebook order.
+
+    A code cell is the course's when it carries nbgrader metadata, keeps the id of a released
+    cell (a demo cell the learner edited stays the course's) or has the source of a released
+    code cell; cells at the indices in ``taken`` (the exercise cells found) are not added ones.
+    The grader runs added cells in order with the exercise cells, as Run All would; it does not
+    run the course's demo cells.
+    """
+    ids = {c.get("id") for c in released.cells if c.get("id")}
+    sources = {normalise_source(_source(c)) for c in released.cells if c.get("cell_type") == "code"}
+    found = []
+    for index, cell in enumerate(nb.cells):
+        if cell.get("cell_type") != "code" or index in taken or _nbgrader(cell):
+            continue
+        source = _source(cell)
+        if (cell.get("id") and cell.get("id") in ids) or normalise_source(source) in sources \
+                or not normalise_source(source):
+            continue
+        found.append((index, source))
     return found
 
 
@@ -150,15 +178,35 @@ def setup_source(nb: Any) -> str:
     return "\n\n".join(parts)
 
 
-def grade_points(nb: Any) -> dict[str, float]:
-    """``{exercise: points}`` from the test cells ``test_<exercise>`` of a source notebook."""
-    points = {}
+CORE_PART = "core"
+PART_SEPARATOR = "__"
+
+
+def test_cell_id(exercise: str, part: str = CORE_PART) -> str:
+    """The grade_id of the test cell that scores ``part`` of ``exercise``: ``test_<exercise>``
+    for the core part, ``test_<exercise>__<part>`` for another one."""
+    return f"test_{exercise}" if part == CORE_PART else f"test_{exercise}{PART_SEPARATOR}{part}"
+
+
+def grade_parts(nb: Any) -> dict[str, dict[str, float]]:
+    """``{exercise: {part: points}}`` from the test cells of a source notebook, in notebook order.
+
+    A test cell ``test_<exercise>`` scores the exercise's core part; ``test_<exercise>__<part>``
+    scores another part (partial credit: an exercise's points split over several test cells).
+    """
+    parts: dict[str, dict[str, float]] = {}
     for cell in nb.cells:
         nbg = _nbgrader(cell)
         gid = nbg.get("grade_id", "")
         if nbg.get("grade") and gid.startswith("test_"):
-            points[gid.removeprefix("test_")] = float(nbg.get("points", 0))
-    return points
+            exercise, _, part = gid.removeprefix("test_").partition(PART_SEPARATOR)
+            parts.setdefault(exercise, {})[part or CORE_PART] = float(nbg.get("points", 0))
+    return parts
+
+
+def grade_points(nb: Any) -> dict[str, float]:
+    """``{exercise: points}``: the points of all the exercise's test cells together."""
+    return {name: sum(parts.values()) for name, parts in grade_parts(nb).items()}
 
 
 def strip_solution_markers(source: str) -> str:

@@ -12,7 +12,7 @@ import importlib
 from typing import Any
 
 from tfcourse.checks._calls import run_call
-from tfcourse.checks._core import Case, CheckFailed, judge_case, not_attempted
+from tfcourse.checks._core import Case, CheckFailed, judge_case, not_attempted, with_stand_ins
 
 from ..names import module_name
 
@@ -29,17 +29,30 @@ def reference_outcomes(notebook: str, case: Case, device: str = "cpu"):
     return [run_call(call, vars(ref), device) for call in case.calls]
 
 
-def check_hidden(notebook: str, exercise: str, obj: Any, seed: int = DEFAULT_SEED) -> None:
+def check_hidden(notebook: str, exercise: str, obj: Any, seed: int = DEFAULT_SEED, part: str | None = None) -> None:
     """Run the hidden cases of one exercise in this process (nbgrader's hidden test regions).
 
-    Raises CheckFailed like the visible checks, so nbgrader scores the test cell 0.
+    part: only the cases of that test cell (``Case.part``); None runs them all. Another exercise
+    that ``obj`` calls and that fails its own checks is replaced by the course's version, as in
+    the visible checks and the grader. Raises CheckFailed like the visible checks, so nbgrader
+    scores the test cell 0.
     """
-    for case in cases_for(notebook, exercise, seed):
-        if not case.hidden:
-            continue
-        outcomes = [run_call(call, {exercise: obj}) for call in case.calls]
-        if not_attempted(outcomes):
-            raise CheckFailed(f"✗ {exercise}: not attempted yet")
-        result = judge_case(case, outcomes, reference_outcomes(notebook, case))
-        if result.status != "passed":
-            raise CheckFailed(result.message)
+    selected = [c for c in cases_for(notebook, exercise, seed) if c.hidden and (part is None or c.part == part)]
+    checks = importlib.import_module(f"tfcourse.checks.{module_name(notebook)}")
+    scope = getattr(obj, "__globals__", None) or {}
+    targets = {call.target for case in selected for call in case.calls}
+    namespace = {**{t: scope[t] for t in targets if t in scope}, exercise: obj}
+
+    def attempt(ns: dict[str, Any]) -> CheckFailed | None:
+        for case in selected:
+            outcomes = [run_call(call, ns) for call in case.calls]
+            if not_attempted(outcomes):
+                return CheckFailed(f"✗ {exercise}: not attempted yet")
+            result = judge_case(case, outcomes, reference_outcomes(notebook, case))
+            if result.status != "passed":
+                return CheckFailed(result.message)
+        return None
+
+    failure, _ = with_stand_ins(exercise, obj, getattr(checks, "NOTEBOOK", None), attempt, namespace)
+    if failure is not None:
+        raise failure

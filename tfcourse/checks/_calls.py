@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Call", "DEVICE", "TorchModule", "Outcome", "run_call", "TORCH_MODULES"]
+__all__ = ["Call", "DEVICE", "TorchModule", "Outcome", "load_parameters", "run_call", "TORCH_MODULES"]
 
 # An argument that stands for "the device the check runs on" (cpu in a notebook, the grader's
 # --device in the grader): ``Call("causal_mask", (4,), {"device": DEVICE})``.
@@ -34,6 +34,30 @@ def state_dtype(state: dict[str, torch.Tensor]) -> torch.dtype | None:
     """
     dtypes = {t.dtype for t in state.values() if isinstance(t, torch.Tensor) and t.is_floating_point()}
     return dtypes.pop() if len(dtypes) == 1 else None
+
+
+def load_parameters(module: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Load ``state`` into ``module`` by name: the graded contract is its named parameters.
+
+    Every key of ``state`` must name a parameter or buffer of ``module`` with the same shape, and
+    every parameter of ``module`` must be in ``state`` (a parameter the grader cannot set would
+    hold random values). Buffers and plain attributes the module keeps besides (a registered
+    causal mask, a cached table) are allowed and left as they are.
+
+    Raises RuntimeError with torch's "Error(s) in loading state_dict" wording otherwise.
+    """
+    result = module.load_state_dict(state, strict=False)
+    parameters = {name for name, _ in module.named_parameters()}
+    missing = [k for k in result.missing_keys if k in parameters]
+    problems = []
+    if missing:
+        problems.append("Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ".")
+    if result.unexpected_keys:
+        problems.append("Unexpected key(s) in state_dict: "
+                        + ", ".join(f'"{k}"' for k in result.unexpected_keys) + ".")
+    if problems:
+        raise RuntimeError(f"Error(s) in loading state_dict for {type(module).__name__}:\n\t"
+                           + "\n\t".join(problems))
 
 
 @dataclass(frozen=True)
@@ -58,7 +82,8 @@ class TorchModule:
 @dataclass(frozen=True)
 class Call:
     """``result = target(*args, **kwargs)``; then optionally load ``state`` into the result
-    (an ``nn.Module``, strict names) and call it with ``forward_args``/``forward_kwargs``."""
+    (an ``nn.Module``, by name: :func:`load_parameters`) and call it with
+    ``forward_args``/``forward_kwargs``."""
 
     target: str
     args: tuple = ()
@@ -206,7 +231,7 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
             dtype = state_dtype(call.state)
             if device is not None or dtype is not None:
                 result = result.to(device=device, dtype=dtype)
-            result.load_state_dict(_materialize(call.state, device), strict=True)
+            load_parameters(result, _materialize(call.state, device))
         if call.forward_args is not None:
             if not isinstance(result, torch.nn.Module):
                 return Outcome("bad_type", type_name=f"{type(result).__name__} (expected an nn.Module)")

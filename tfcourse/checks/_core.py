@@ -18,6 +18,7 @@ learner's answer matches one of them, its hint is shown.
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,8 +32,10 @@ __all__ = [
     "Case",
     "CaseResult",
     "CheckFailed",
+    "HALF_TOLERANCE",
     "Judge",
     "Mistake",
+    "NotebookChecks",
     "judge_case",
     "run_checks",
     "tolerance",
@@ -71,9 +74,9 @@ class Case:
     seed: the generator seed the inputs came from (reported for reproduction).
     reference: when True the grader fills ``Judge.expected`` by running the same calls on the
     reference solution (hidden cases). mistakes: catalogue entries that give hints.
-    part: which test cell of the exercise scores this case ("" = the exercise's only/first test
-    cell, ``test_<exercise>``; another name = the test cell ``test_<exercise>__<part>``), so an
-    exercise's points can be split over core behaviour and edge cases (partial credit).
+    part: which test cell of the exercise scores this case: "core" is ``test_<exercise>``, another
+    name ``test_<exercise>__<part>`` (``tfcourse.notebook.test_cell_id``), so an exercise's points
+    can be split over core behaviour and edge cases (partial credit).
     """
 
     exercise: str
@@ -84,7 +87,7 @@ class Case:
     reference: bool = False
     mistakes: Sequence[Mistake] = ()
     hidden: bool = False
-    part: str = ""
+    part: str = "core"
 
     def inputs(self) -> str:
         text = self.calls[0].describe() if self.calls else ""
@@ -109,12 +112,24 @@ class _CallRaised(Exception):
         self.outcome = outcome
 
 
+# Half precision (float16, bfloat16): answers are compared with the reference computed in float64
+# on the same half-valued inputs. Measured on the course's hidden inputs (tests/test_half.py), a
+# correct answer computed in half (the reference itself, torch.softmax) or in float32 and then cast
+# is at most ~2e-3 (float16) and ~2.2e-2 (bfloat16) away; these allow about twice that, and a real
+# bug (a missing scale, a mask applied after the softmax) is off by 0.1 or more.
+# docs/conventions.md ("Half precision") states them.
+HALF_TOLERANCE: dict[torch.dtype, tuple[float, float]] = {
+    torch.float16: (5e-3, 5e-3),
+    torch.bfloat16: (4e-2, 2e-2),
+}
+
+
 def tolerance(dtype: torch.dtype) -> tuple[float, float]:
     """(atol, rtol) used to compare values of ``dtype`` with an oracle or the reference."""
     if dtype == torch.float64:
         return 1e-10, 1e-7
-    if dtype in (torch.float16, torch.bfloat16):
-        return 1e-2, 1e-2
+    if dtype in HALF_TOLERANCE:
+        return HALF_TOLERANCE[dtype]
     return 1e-5, 1e-4
 
 
@@ -208,12 +223,16 @@ class Judge:
     # -- comparing -------------------------------------------------------------------------
     def close(self, actual: torch.Tensor, expected: torch.Tensor, *, name: str = "output",
               atol: float | None = None, rtol: float | None = None, call: int = 0, index: int = 0,
-              hint: str | None = None, oracle: str = "expected") -> None:
-        """Fail unless ``actual`` matches ``expected`` (shape first, then values, NaN-aware)."""
+              hint: str | None = None, oracle: str = "expected", tol_dtype: torch.dtype | None = None) -> None:
+        """Fail unless ``actual`` matches ``expected`` (shape first, then values, NaN-aware).
+
+        tol_dtype: the dtype whose :func:`tolerance` applies (default: expected's), e.g. float16
+        when a half-precision answer is compared with a float64 oracle."""
         if tuple(actual.shape) != tuple(expected.shape):
             self.fail(f"{name} has shape {_fmt_shape(actual.shape)}; expected {_fmt_shape(expected.shape)}",
                       hint=hint or self.mistake_hint(call, index, check_shape_only=True))
-        d_atol, d_rtol = tolerance(expected.dtype if expected.is_floating_point() else actual.dtype)
+        tol_dtype = tol_dtype or (expected.dtype if expected.is_floating_point() else actual.dtype)
+        d_atol, d_rtol = tolerance(tol_dtype)
         atol = d_atol if atol is None else atol
         rtol = d_rtol if rtol is None else rtol
         if actual.dtype == torch.bool or expected.dtype == torch.bool:
@@ -244,7 +263,7 @@ class Judge:
             self.fail(
                 f"{name} shape {_fmt_shape(actual.shape)} ✓; largest difference {_fmt_num(float(diff[idx]))} "
                 f"at {list(idx)}: got {_fmt_num(float(a[idx]))}, {oracle} {_fmt_num(float(e[idx]))}",
-                f"tolerance: atol {atol:g} + rtol {rtol:g}·|{oracle}| ({_fmt_dtype(expected.dtype)})",
+                f"tolerance: atol {atol:g} + rtol {rtol:g}·|{oracle}| ({_fmt_dtype(tol_dtype)})",
                 hint=hint or self.mistake_hint(call, index),
             )
 
@@ -270,18 +289,49 @@ class Judge:
 
     # -- hints -----------------------------------------------------------------------------
     def mistake_hint(self, call: int = 0, index: int = 0, *, check_shape_only: bool = False) -> str | None:
-        """The hint of the first catalogued mistake that gives what the answer gave."""
-        o = self.outcomes[call]
-        if not o.ok or not self.case.mistakes:
+        """The hint of the one catalogued mistake that explains this answer on this case, or None.
+
+        A mistake explains the answer when it reproduces it on *every* call of the case that runs
+        the exercise (not only the failing ``call``): the same shapes and, unless
+        ``check_shape_only``, the same values (within 10x the dtype's tolerance, 2x for float16 and
+        bfloat16, where a correct answer may differ by rounding; NaN where the answer has NaN),
+        and the same exception type where the answer raised. Mistakes whose hints are the same
+        text are one explanation. The hint is shown only when exactly one explanation fits: when
+        two or more fit, this case cannot tell them apart and no hint is shown (a hint naming a
+        mistake the learner did not make misleads more than none; the failure lines still say
+        what went wrong). ``index`` is kept for callers; every returned tensor is compared.
+        """
+        if not self.outcomes[call].ok or not self.case.mistakes:
             return None
-        mine = o.tensors
+        mine = [(i, o) for i, (c, o) in enumerate(zip(self.case.calls, self.outcomes, strict=True))
+                if c.target == self.case.exercise]
+        hints: list[str] = []
         for mistake in self.case.mistakes:
-            wrong = run_call(self.case.calls[call], {self.case.calls[call].target: mistake.fn})
-            if not wrong.ok or len(wrong.tensors) != len(mine):
+            if mistake.hint in hints:
                 continue
-            if _same(mine, wrong.tensors, shape_only=check_shape_only):
-                return mistake.hint
-        return None
+            if all(_same_outcome(o, self._mistake_outcome(mistake, i), shape_only=check_shape_only)
+                   for i, o in mine):
+                hints.append(mistake.hint)
+                if len(hints) > 1:
+                    return None  # ambiguous: say nothing rather than maybe the wrong thing
+        return hints[0] if hints else None
+
+    def _mistake_outcome(self, mistake: Mistake, call: int) -> Outcome:
+        cache = self.__dict__.setdefault("_mistake_outcomes", {})
+        key = (mistake.name, id(mistake.fn), call)
+        if key not in cache:
+            c = self.case.calls[call]
+            cache[key] = run_call(c, {c.target: mistake.fn})
+        return cache[key]
+
+
+def _same_outcome(mine: Outcome, wrong: Outcome, *, shape_only: bool) -> bool:
+    if mine.ok != wrong.ok:
+        return False
+    if not mine.ok:
+        return mine.kind == wrong.kind and mine.error_type == wrong.error_type \
+            and mine.type_name == wrong.type_name
+    return len(mine.tensors) == len(wrong.tensors) and _same(mine.tensors, wrong.tensors, shape_only=shape_only)
 
 
 def _same(a: list[torch.Tensor], b: list[torch.Tensor], *, shape_only: bool) -> bool:
@@ -294,8 +344,10 @@ def _same(a: list[torch.Tensor], b: list[torch.Tensor], *, shape_only: bool) -> 
             if not torch.equal(x.bool(), y.bool()):
                 return False
             continue
-        atol, rtol = tolerance(y.dtype if y.is_floating_point() else torch.float64)
-        if not torch.allclose(x.double(), y.double(), atol=atol * 10, rtol=rtol * 10, equal_nan=True):
+        dtype = y.dtype if y.is_floating_point() else torch.float64
+        atol, rtol = tolerance(dtype)
+        factor = 2 if dtype in HALF_TOLERANCE else 10
+        if not torch.allclose(x.double(), y.double(), atol=atol * factor, rtol=rtol * factor, equal_nan=True):
             return False
     return True
 
@@ -320,9 +372,14 @@ def not_attempted(outcomes: list[Outcome]) -> bool:
     return any(o.kind == "error" and o.error_type == "NotImplementedError" for o in outcomes)
 
 
-def _not_attempted_message(exercise: str, outcomes: list[Outcome], names: set[str]) -> str:
+def _stub_owner(outcomes: list[Outcome]) -> str:
+    """The name of the function (or class) whose stub raised NotImplementedError."""
     raised = next(o for o in outcomes if o.kind == "error" and o.error_type == "NotImplementedError")
-    owner = raised.error_function.split(".")[0]
+    return raised.error_function.split(".")[0]
+
+
+def _not_attempted_message(exercise: str, outcomes: list[Outcome], names: set[str]) -> str:
+    owner = _stub_owner(outcomes)
     if owner in names and owner != exercise:
         return (f"✗ {exercise}: not attempted yet — it uses `{owner}`, which still raises "
                 "NotImplementedError: implement that one first")
@@ -330,21 +387,114 @@ def _not_attempted_message(exercise: str, outcomes: list[Outcome], names: set[st
             "then run this cell again")
 
 
+@dataclass(frozen=True)
+class NotebookChecks:
+    """What a notebook's checks need to know of the notebook as a whole.
+
+    exercises: its exercise names. cases: ``cases(exercise)`` gives an exercise's visible cases.
+    reference: the module holding the course's solutions (``tfcourse.reference.nbNN_topic``);
+    its objects stand in for another exercise that fails its own checks (one bug costs once).
+    """
+
+    exercises: tuple[str, ...]
+    cases: Callable[[str], list[Case]]
+    reference: str
+
+
+def _globals_of(obj: Any) -> dict | None:
+    """The namespace ``obj``'s code looks names up in (the notebook's, for a learner's answer)."""
+    found = getattr(obj, "__globals__", None)
+    if isinstance(found, dict):
+        return found
+    if isinstance(obj, type):
+        for value in vars(obj).values():
+            found = getattr(value, "__globals__", None)
+            if isinstance(found, dict):
+                return found
+    return None
+
+
+def _first_failure(exercise: str, cases: list[Case], namespace: dict[str, Any]) -> CheckFailed | None:
+    for case in cases:
+        outcomes = [run_call(c, namespace) for c in case.calls]
+        if not_attempted(outcomes):
+            names = set(namespace) | set(_globals_of(namespace.get(exercise)) or ())
+            failure = CheckFailed(_not_attempted_message(exercise, outcomes, names))
+            failure.own_stub = _stub_owner(outcomes) not in names - {exercise}
+            return failure
+        result = judge_case(case, outcomes)
+        if result.status != "passed":
+            return CheckFailed(result.message)
+    return None
+
+
+def failing_dependencies(exercise: str, obj: Any, notebook: NotebookChecks) -> list[str]:
+    """The other exercises of ``notebook`` that ``obj`` can call (names in its namespace) and that
+    fail their own visible checks, in notebook order."""
+    scope = _globals_of(obj) or {}
+    failing = []
+    for other in notebook.exercises:
+        if other == exercise or other not in scope:
+            continue
+        if _first_failure(other, notebook.cases(other), {other: scope[other]}) is not None:
+            failing.append(other)
+    return failing
+
+
+def with_stand_ins(exercise: str, obj: Any, notebook: NotebookChecks | None,
+                   attempt: Callable[[dict[str, Any]], CheckFailed | None],
+                   namespace: dict[str, Any]) -> tuple[CheckFailed | None, list[str]]:
+    """Run ``attempt(namespace)``; when it fails and ``obj`` calls other exercises that fail their
+    own checks, run it again with the course's versions of those in place (in ``obj``'s namespace
+    and in ``namespace``), and return that run's failure (or None) and the names stood in.
+
+    The grader does the same (grader/grading.py), so the two verdicts agree.
+    """
+    failure = attempt(namespace)
+    if failure is None or notebook is None or getattr(failure, "own_stub", False):
+        return failure, []
+    names = failing_dependencies(exercise, obj, notebook)
+    if not names:
+        return failure, []
+    try:
+        reference = importlib.import_module(notebook.reference)
+    except ImportError:  # the course's solutions are not installed here
+        return failure, []
+    scope = _globals_of(obj)
+    saved = {n: scope[n] for n in names}
+    try:
+        for n in names:
+            scope[n] = getattr(reference, n)
+        again = attempt({**namespace, **{n: getattr(reference, n) for n in names if n in namespace}})
+    finally:
+        scope.update(saved)
+    return again, names
+
+
 def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = True,
-               also: dict[str, Any] | None = None) -> None:
+               also: dict[str, Any] | None = None, part: str | None = None,
+               notebook: NotebookChecks | None = None) -> None:
     """Run ``cases`` in this process against ``obj``; raise :class:`CheckFailed` on the first
     failure (the notebook cell then shows the message), print one line on success.
 
     also: other names the calls may use (e.g. the learner's ``MultiHeadAttention`` when checking
     ``mha_from_torch``), as they are in the grader's child, where all solution cells are defined.
+    part: only the cases scored by that test cell (``Case.part``); None runs them all.
+    notebook: when given, another exercise of the notebook that ``obj`` calls and that fails its
+    own checks is replaced by the course's version (:func:`with_stand_ins`), as the grader does.
     """
+    selected = [c for c in cases if part is None or c.part == part]
+    if not selected:
+        raise ValueError(f"{exercise} has no checks in part {part!r}")
     namespace = {**(also or {}), exercise: obj}
-    for case in cases:
-        outcomes = [run_call(c, namespace) for c in case.calls]
-        if not_attempted(outcomes):
-            raise CheckFailed(_not_attempted_message(exercise, outcomes, set(namespace)))
-        result = judge_case(case, outcomes)
-        if result.status != "passed":
-            raise CheckFailed(result.message)
+    failure, stood = with_stand_ins(exercise, obj, notebook,
+                                    lambda ns: _first_failure(exercise, selected, ns), namespace)
+    if failure is not None:
+        raise failure
     if verbose:
-        print(f"✓ {exercise}: all {len(cases)} checks passed")
+        which = f" of {part}" if part not in (None, "core") else ""
+        line = f"✓ {exercise}: all {len(selected)} checks{which} passed"
+        if stood:
+            line += (f" (with the course's {', '.join(f'`{n}`' for n in stood)} in place of yours, which "
+                     "fails its own check: one bug costs points once)")
+        print(line)

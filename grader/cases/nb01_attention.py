@@ -17,12 +17,13 @@ from tfcourse.device import make_generator
 __all__ = ["EXERCISES", "cases", "hidden_cases"]
 
 
-def _hidden(exercise: str, title: str, call: Call, seed: int, *, n: int = 1, names=None) -> Case:
+def _hidden(exercise: str, title: str, call: Call, seed: int, *, n: int = 1, names=None,
+            part: str = "core") -> Case:
     def judge(j: Judge) -> None:
         j.match_reference(n=n, names=names)
 
     return Case(exercise, title, [call], judge, seed=seed, reference=True,
-                mistakes=MISTAKES[exercise], hidden=True)
+                mistakes=MISTAKES[exercise], hidden=True, part=part)
 
 
 def _softmax(seed: int) -> list[Case]:
@@ -77,7 +78,7 @@ def _sdpa(seed: int) -> list[Case]:
             lengths = torch.tensor([5, 2])
             kwargs["mask"] = (torch.arange(s_len)[None, :] < lengths[:, None])[:, None, None, :]
         out.append(_hidden(name, f"hidden case {i + 1}: matches the reference", Call(name, (q, k, v), kwargs), s,
-                           n=2, names=("out", "weights")))
+                           n=2, names=("out", "weights"), part="masks" if "mask" in kwargs else "core"))
     return out
 
 
@@ -116,3 +117,37 @@ def hidden_cases(exercise: str, seed: int) -> list[Case]:
 def cases(exercise: str, seed: int) -> list[Case]:
     """Visible cases first (their feedback is what the learner already saw), then hidden ones."""
     return visible_cases(exercise) + hidden_cases(exercise, seed)
+
+
+def _memory_efficient(seed: int) -> list[Case]:
+    """The optional challenge: chunk sizes that divide S, that do not, 1, and larger than S."""
+    out = []
+    name = "memory_efficient_attention"
+    shapes = [  # (batch dims, T, S, Dh, Dv, dtype, mask kind, chunk_size, score scale)
+        ((2, 2), 5, 11, 8, 8, torch.float64, "random", 4, 1.0),
+        ((3,), 1, 9, 16, 4, torch.float32, None, 2, 1.0),
+        ((1, 2), 6, 6, 8, 8, torch.float64, "causal+empty", 5, 1.0),
+        ((2,), 4, 8, 8, 8, torch.float32, None, 1, 30.0),  # scores in the hundreds
+        ((2,), 3, 5, 4, 6, torch.float64, "padding", 16, 1.0),  # one chunk larger than S
+    ]
+    for i, (batch, t, s_len, dh, dv, dtype, kind, chunk, scale) in enumerate(shapes):
+        s = seed * 1000 + 600 + i
+        g = make_generator(s)
+        q = torch.randn(*batch, t, dh, generator=g, dtype=dtype) * scale
+        k = torch.randn(*batch, s_len, dh, generator=g, dtype=dtype)
+        v = torch.randn(*batch, s_len, dv, generator=g, dtype=dtype)
+        kwargs = {"chunk_size": chunk}
+        if kind == "random":
+            kwargs["mask"] = torch.rand(*batch, t, s_len, generator=g) > 0.5
+        elif kind == "causal+empty":
+            mask = torch.ones(t, s_len, dtype=torch.bool).tril(s_len - t)
+            mask[3] = False  # a query that may attend nothing
+            kwargs["mask"] = mask
+        elif kind == "padding":
+            lengths = torch.tensor([5, 0])  # the second sequence has no real key
+            kwargs["mask"] = (torch.arange(s_len)[None, :] < lengths[:, None])[:, None, :]
+        out.append(_hidden(name, f"hidden case {i + 1}: matches the reference", Call(name, (q, k, v), kwargs), s))
+    return out
+
+
+_HIDDEN["memory_efficient_attention"] = _memory_efficient

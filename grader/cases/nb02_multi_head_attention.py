@@ -41,8 +41,10 @@ def _hidden(exercise: str, title: str, calls: list[Call], seed: int, known=None)
         j.match_reference()
 
     wrapped = judge if known is None else with_error_hints(judge, known)
+    masked = exercise == "MultiHeadAttention" and any(
+        c.forward_kwargs.get("mask") is not None or c.forward_kwargs.get("context") is not None for c in calls)
     return Case(exercise, title, calls, wrapped, seed=seed, reference=True, mistakes=MISTAKES[exercise],
-                hidden=True)
+                hidden=True, part="cross_and_masks" if masked else "core")
 
 
 def _split(seed: int) -> list[Case]:

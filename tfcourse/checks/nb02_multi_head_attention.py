@@ -38,6 +38,7 @@ from ._core import (
     Case,
     Judge,
     Mistake,
+    NotebookChecks,
     run_checks,
     tolerance,
 )
@@ -568,8 +569,12 @@ FROM_TORCH_LOAD_HINTS = (FROM_TORCH_NAMES_HINT, FROM_TORCH_SIZES_HINT)
 
 
 def _mha_case(title: str, calls: list[Call], judge, seed: int) -> Case:
+    """A MultiHeadAttention case, scored by the core test cell (self-attention without a mask)
+    or, when a call passes a mask or a context, by ``test_MultiHeadAttention__cross_and_masks``."""
+    masked = any(c.forward_kwargs.get("mask") is not None or c.forward_kwargs.get("context") is not None
+                 for c in calls)
     return Case("MultiHeadAttention", title, calls, with_error_hints(judge, MHA_ERRORS), seed=seed,
-                mistakes=MISTAKES["MultiHeadAttention"])
+                mistakes=MISTAKES["MultiHeadAttention"], part="cross_and_masks" if masked else "core")
 
 
 def _mha_cases() -> list[Case]:
@@ -767,6 +772,12 @@ def visible_cases(exercise: str) -> list[Case]:
     return _BUILDERS[exercise]()
 
 
+# Another exercise an answer calls and that fails its own check is replaced by the course's
+# version while the answer is checked: one bug costs points once (the grader does the same).
+NOTEBOOK = NotebookChecks(EXERCISES, lambda exercise: visible_cases(exercise),
+                          "tfcourse.reference.nb02_multi_head_attention")
+
+
 def check_split_heads(split_heads) -> None:
     """Check ``split_heads(x, num_heads)``: (B, T, D) -> (B, H, T, Dh), ValueError if D % H != 0."""
     run_checks("split_heads", split_heads, visible_cases("split_heads"))
@@ -777,14 +788,18 @@ def check_merge_heads(merge_heads) -> None:
     run_checks("merge_heads", merge_heads, visible_cases("merge_heads"))
 
 
-def check_MultiHeadAttention(MultiHeadAttention) -> None:  # the exercise's own name
+def check_MultiHeadAttention(MultiHeadAttention, part: str | None = None) -> None:  # the exercise's own name
     """Check the ``MultiHeadAttention(d_model, num_heads, bias=False)`` module against
-    nn.MultiheadAttention, per-head F.scaled_dot_product_attention and properties."""
-    run_checks("MultiHeadAttention", MultiHeadAttention, visible_cases("MultiHeadAttention"))
+    nn.MultiheadAttention, per-head F.scaled_dot_product_attention and properties.
+
+    part: "core" (self-attention without a mask) or "cross_and_masks" (masks and
+    cross-attention), the two test cells that score it; None checks both."""
+    run_checks("MultiHeadAttention", MultiHeadAttention, visible_cases("MultiHeadAttention"), part=part,
+               notebook=NOTEBOOK)
 
 
 def check_mha_from_torch(mha_from_torch) -> None:
     """Check ``mha_from_torch(torch_mha)``: the returned module computes what torch_mha does."""
     defined = getattr(mha_from_torch, "__globals__", {}).get("MultiHeadAttention")
     run_checks("mha_from_torch", mha_from_torch, visible_cases("mha_from_torch"),
-               also={"MultiHeadAttention": defined} if defined is not None else None)
+               also={"MultiHeadAttention": defined} if defined is not None else None, notebook=NOTEBOOK)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 
-__all__ = ['softmax', 'softmax_jacobian', 'scaled_dot_product_attention', 'causal_mask', 'padding_mask']
+__all__ = ['softmax', 'softmax_jacobian', 'scaled_dot_product_attention', 'causal_mask', 'padding_mask', 'memory_efficient_attention']
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -86,3 +86,39 @@ def padding_mask(lengths: torch.Tensor, t_k: int) -> torch.Tensor:
     """
     j = torch.arange(t_k, device=lengths.device)  # (S,)
     return (j[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, S)
+
+
+def memory_efficient_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+    *, chunk_size: int = 128,
+) -> torch.Tensor:
+    """softmax(q k^T / sqrt(Dh)) v, computed over key/value chunks with an online softmax.
+
+    q: (..., T, Dh), k: (..., S, Dh), v: (..., S, Dv); mask: bool, broadcastable to
+    (..., T, S), True = may attend. Returns out (..., T, Dv) in the inputs' dtype; a query
+    with no allowed key gets a zero row. At most (..., T, chunk_size) scores exist at a time.
+    Raises ValueError if chunk_size < 1.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    t_q, t_k = q.size(-2), k.size(-2)
+    if mask is not None:
+        mask = mask.expand(torch.broadcast_shapes(mask.shape, (t_q, t_k)))  # a view: no copy
+    lead = q.shape[:-1]  # (..., T)
+    m = torch.full((*lead, 1), float("-inf"), dtype=q.dtype, device=q.device)  # running max
+    total = torch.zeros((*lead, 1), dtype=q.dtype, device=q.device)  # running sum of exp
+    acc = torch.zeros((*lead, v.size(-1)), dtype=q.dtype, device=q.device)  # unnormalised out
+    for start in range(0, t_k, chunk_size):
+        stop = start + chunk_size  # past the end for the last chunk: slicing just stops at S
+        scores = q @ k[..., start:stop, :].transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T, C)
+        if mask is not None:
+            scores = scores.masked_fill(~mask[..., start:stop], float("-inf"))
+        m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., T, 1)
+        # a query that has seen only masked keys has max -inf: shift by 0 there (no -inf - -inf)
+        shift = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+        p = torch.exp(scores - shift)  # (..., T, C), every exponent <= 0
+        alpha = torch.exp(m - shift)  # (..., T, 1): rescales what was accumulated under the old max
+        total = alpha * total + p.sum(dim=-1, keepdim=True)
+        acc = alpha * acc + p @ v[..., start:stop, :]  # (..., T, Dv)
+        m = m_new
+    return torch.where(total > 0, acc / total, torch.zeros_like(acc))  # (..., T, Dv)

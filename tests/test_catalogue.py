@@ -255,11 +255,13 @@ def test_grader(item: Item, graded):
     assert set(results) == set(points)
     for name, r in results.items():
         if item.wrong and name == item.exercise:
-            assert r["status"] in ("failed", "error") and r["score"] == 0, \
+            # partial credit: the entry loses the points of the test cells whose checks it fails
+            assert r["status"] in ("failed", "error") and r["score"] < r["max_score"], \
                 f"the wrong entry was not caught ({r['status']}, {r['score']}):\n{r['feedback']}"
+            assert r["score"] == sum(p["score"] for p in r["parts"]) and any(not p["passed"] for p in r["parts"])
             _assert_hint(r["feedback"], item.entry.hint)
         else:
             assert r["status"] == "passed" and r["score"] == r["max_score"] == points[name], \
                 f"{name}: {r['status']} {r['score']}/{r['max_score']}\n{r['feedback']}"
-    lost = points[item.exercise] if item.wrong else 0.0
+    lost = points[item.exercise] - results[item.exercise]["score"] if item.wrong else 0.0
     assert nb_report["score"] == pytest.approx(sum(points.values()) - lost)

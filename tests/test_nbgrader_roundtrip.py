@@ -247,6 +247,45 @@ def _warns(released, source_nb):
     return nb
 
 
+INVERTED_MASK_SDPA = '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))  # wrong: True means "may attend"
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = torch.where(torch.isnan(weights), torch.zeros_like(weights), weights)
+    return weights @ v, weights
+'''
+
+NAN_SOFTMAX = '''
+def softmax(x, dim=-1):
+    return torch.softmax(x, dim=dim)  # wrong: an all -inf slice gives NaN
+'''
+
+SDPA_ON_OWN_SOFTMAX = '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = softmax(scores, dim=-1)  # relies on softmax for fully masked rows
+    return weights @ v, weights
+'''
+
+
+def _with_cells(released, source_nb, replaced: dict[str, str]):
+    """Correct except the exercise cells in ``replaced``; demos dropped as in :func:`_warns`."""
+    nb = _filled_in(released, source_nb)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in replaced:
+            cell.source = replaced[gid]
+    nb.cells = [cell for cell in nb.cells if cell.cell_type == "code" and (
+        "nbgrader" in cell.metadata or cell.metadata.get("tfcourse", {}).get("setup")
+        or "tfcourse.checks" in cell.source)]
+    return nb
+
+
 def _max_score(source_nb) -> float:
     return sum(float(cell.metadata["nbgrader"]["points"]) for cell in source_nb.cells
                if cell.metadata.get("nbgrader", {}).get("grade"))
@@ -259,11 +298,15 @@ def graded(course: Course) -> dict[str, dict[str, str]]:
     course.submit("correct", _filled_in(released, course.source_nb))
     course.submit("untouched", released)
     course.submit("warns", _warns(released, course.source_nb))
+    course.submit("partial", _with_cells(released, course.source_nb,
+                                         {"scaled_dot_product_attention": INVERTED_MASK_SDPA}))
+    course.submit("one_bug", _with_cells(released, course.source_nb,
+                                         {"softmax": NAN_SOFTMAX, "scaled_dot_product_attention": SDPA_ON_OWN_SOFTMAX}))
     course.nbgrader("autograde", ASSIGNMENT)
     course.nbgrader("export", "--to", "grades.csv")
     with open(course.root / "grades.csv", newline="") as f:
         rows = {row["student_id"]: row for row in csv.DictReader(f)}
-    assert set(rows) == {"correct", "untouched", "warns"}, rows
+    assert set(rows) == {"correct", "untouched", "warns", "partial", "one_bug"}, rows
     return rows
 
 
@@ -293,6 +336,36 @@ def test_harmless_warning_keeps_full_marks(course: Course, graded) -> None:
     scores = course.cell_scores("warns")
     assert scores["test_softmax"] == 0, scores
     assert sum(scores.values()) == 8, scores
+
+
+@pytest.mark.slow
+def test_partial_credit_per_test_cell(course: Course, graded) -> None:
+    """A mask bug costs the masks test cell of scaled_dot_product_attention (2 of its 4 points)."""
+    _assert_score(course, graded["partial"], 8)
+    scores = course.cell_scores("partial")
+    assert scores["test_scaled_dot_product_attention"] == 2, scores
+    assert scores["test_scaled_dot_product_attention__masks"] == 0, scores
+
+
+@pytest.mark.slow
+def test_one_bug_costs_points_once(course: Course, graded) -> None:
+    """softmax's NaN rows cost softmax's 2 points, not also those of the attention that calls it."""
+    _assert_score(course, graded["one_bug"], 8)
+    scores = course.cell_scores("one_bug")
+    assert scores["test_softmax"] == 0 and scores["test_scaled_dot_product_attention__masks"] == 2, scores
+
+
+@pytest.mark.slow
+def test_our_grader_agrees_with_nbgrader_per_test_cell(course: Course, graded) -> None:
+    """Every submitted notebook gets the same score per test cell from both graders."""
+    from grader.grading import grade_submission
+
+    for student in ("correct", "untouched", "warns", "partial", "one_bug"):
+        path = course.root / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+        (report,) = grade_submission(path, notebooks=[ASSIGNMENT])["notebooks"]
+        ours = {p["test_cell"]: p["score"] for ex in report["exercises"] for p in ex["parts"]}
+        theirs = course.cell_scores(student)
+        assert ours == pytest.approx(theirs), f"{student}: ours {ours}, nbgrader's {theirs}"
 
 
 def _cells(nb) -> list[dict]:

@@ -22,6 +22,8 @@ __all__ = [
     "read_notebook",
     "solution_cells",
     "added_cells",
+    "bound_names",
+    "demo_names",
     "setup_source",
     "grade_parts",
     "grade_points",
@@ -109,6 +111,54 @@ def _defined_names(source: str) -> set[str]:
         # fall back to the def/class lines so a cell with a syntax error is still found
         return set(re.findall(r"^(?:def|class)\s+([A-Za-z_]\w*)", source, flags=re.M))
     return {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef)}
+
+
+def bound_names(source: str) -> set[str]:
+    """The names a cell binds at its top level (assignments, imports, defs, for/with targets)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return _defined_names(source)
+    names: set[str] = set()
+
+    def targets(node: ast.AST) -> None:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name):
+                names.add(sub.id)
+
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                targets(t)
+        elif isinstance(node, ast.AnnAssign | ast.AugAssign):
+            targets(node.target)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.For | ast.AsyncFor):
+            targets(node.target)
+        elif isinstance(node, ast.With | ast.AsyncWith):
+            for item in node.items:
+                if item.optional_vars is not None:
+                    targets(item.optional_vars)
+    return names
+
+
+def demo_names(released: Any) -> set[str]:
+    """Names that only the course's demo cells of a released notebook bind: not its setup cells
+    (which the grader runs) nor its nbgrader cells. An answer must not depend on them."""
+    demo: set[str] = set()
+    setup: set[str] = set()
+    for cell in released.cells:
+        if cell.get("cell_type") != "code":
+            continue
+        meta = cell.get("metadata", {}).get("tfcourse", {})
+        if isinstance(meta, dict) and meta.get("setup"):
+            setup |= bound_names(_source(cell))
+        elif not _nbgrader(cell):
+            demo |= bound_names(_source(cell))
+    return demo - setup
 
 
 def solution_cells(nb: Any, exercises: list[str]) -> dict[str, SolutionCell]:

@@ -18,14 +18,20 @@ learner's answer matches one of them, its hint is shown.
 
 from __future__ import annotations
 
+import builtins
+import dis
+import functools
 import importlib
 import math
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
 
+from ..notebook import bound_names, demo_names, normalise_source
 from ._calls import Call, Outcome, run_call
 
 __all__ = [
@@ -399,6 +405,69 @@ class NotebookChecks:
     exercises: tuple[str, ...]
     cases: Callable[[str], list[Case]]
     reference: str
+    released: str = ""  # the learner notebook's file name in notebooks/, e.g. "01_attention.ipynb"
+
+
+def _released_notebook(name: str) -> Any:
+    """The course's released notebook (a checkout or editable install has notebooks/), or None."""
+    path = Path(__file__).resolve().parents[2] / "notebooks" / name
+    if not name or not path.is_file():
+        return None
+    return _read_released(str(path), path.stat().st_mtime_ns)
+
+
+@functools.cache
+def _read_released(path: str, mtime: int) -> Any:
+    import nbformat
+
+    return nbformat.read(path, as_version=4)
+
+
+def _globals_read(obj: Any) -> set[str]:
+    """The global names ``obj``'s code reads (a function, or every method of a class)."""
+    codes = []
+    if isinstance(obj, type):
+        for value in vars(obj).values():
+            value = getattr(value, "__func__", value)
+            if hasattr(value, "__code__"):
+                codes.append(value.__code__)
+    elif hasattr(obj, "__code__"):
+        codes.append(obj.__code__)
+    names: set[str] = set()
+    while codes:
+        code = codes.pop()
+        names |= {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return names
+
+
+def _defined_by_learner(names: set[str], released: Any) -> set[str]:
+    """Of ``names``, those a cell the learner ran binds, when that cell is not the course's own
+    (IPython's input history; empty outside IPython)."""
+    try:
+        shell = get_ipython()  # type: ignore[name-defined]  # noqa: F821 - defined in IPython only
+    except NameError:
+        return set()
+    course = {normalise_source(c.source) for c in released.cells if c.cell_type == "code"}
+    found: set[str] = set()
+    for source in shell.user_ns.get("In", []):
+        if isinstance(source, str) and normalise_source(source) not in course:
+            found |= bound_names(source) & names
+    return found
+
+
+def demo_dependencies(exercise: str, obj: Any, notebook: NotebookChecks | None) -> list[str]:
+    """Names ``obj`` reads that only the course's demo cells define (the grader does not run them,
+    so the answer would fail there): the notebook check refuses them too."""
+    if notebook is None:
+        return []
+    released = _released_notebook(notebook.released)
+    if released is None:
+        return []
+    used = _globals_read(obj) & demo_names(released)
+    used -= set(notebook.exercises) | set(dir(builtins))
+    used -= _defined_by_learner(used, released)
+    return sorted(used)
 
 
 def _globals_of(obj: Any) -> dict | None:
@@ -486,6 +555,13 @@ def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = Tr
     selected = [c for c in cases if part is None or c.part == part]
     if not selected:
         raise ValueError(f"{exercise} has no checks in part {part!r}")
+    borrowed = demo_dependencies(exercise, obj, notebook)
+    if borrowed:
+        names = ", ".join(f"`{n}`" for n in borrowed)
+        raise CheckFailed(f"✗ {exercise}: it uses {names}, which only a course demo cell defines\n"
+                          "  the grader runs the setup cell, your exercise cells and the cells you add, "
+                          "not the course's demo cells\n"
+                          f"  define {names} in your cell or in a cell you add, then run both again")
     namespace = {**(also or {}), exercise: obj}
     failure, stood = with_stand_ins(exercise, obj, notebook,
                                     lambda ns: _first_failure(exercise, selected, ns), namespace)

@@ -575,12 +575,13 @@ def visible_cases(exercise: str) -> list[Case]:
 
 # Another exercise an answer calls and that fails its own check is replaced by the course's
 # version while the answer is checked: one bug costs points once (the grader does the same).
-NOTEBOOK = NotebookChecks(EXERCISES, lambda exercise: visible_cases(exercise), "tfcourse.reference.nb01_attention")
+NOTEBOOK = NotebookChecks(EXERCISES, lambda exercise: visible_cases(exercise), "tfcourse.reference.nb01_attention",
+                          "01_attention.ipynb")
 
 
 def check_softmax(softmax) -> None:
     """Check ``softmax(x, dim=-1)``; raises CheckFailed with feedback, prints one line on success."""
-    run_checks("softmax", softmax, visible_cases("softmax"))
+    run_checks("softmax", softmax, visible_cases("softmax"), notebook=NOTEBOOK)
 
 
 def check_softmax_jacobian(softmax_jacobian) -> None:
@@ -599,12 +600,12 @@ def check_scaled_dot_product_attention(scaled_dot_product_attention, part: str |
 
 def check_causal_mask(causal_mask) -> None:
     """Check ``causal_mask(t_q, t_k=None, *, device=None)`` (bottom-right aligned)."""
-    run_checks("causal_mask", causal_mask, visible_cases("causal_mask"))
+    run_checks("causal_mask", causal_mask, visible_cases("causal_mask"), notebook=NOTEBOOK)
 
 
 def check_padding_mask(padding_mask) -> None:
     """Check ``padding_mask(lengths, t_k)``."""
-    run_checks("padding_mask", padding_mask, visible_cases("padding_mask"))
+    run_checks("padding_mask", padding_mask, visible_cases("padding_mask"), notebook=NOTEBOOK)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from ._core import (
     run_checks,
     tolerance,
 )
+from .nb01_attention import HALF_FILL_ERROR
 
 __all__ = [
     "EXERCISES",
@@ -51,6 +52,7 @@ __all__ = [
     "NAMES_HINT",
     "SIZES_HINT",
     "check_MultiHeadAttention",
+    "check_PackedMultiHeadAttention",
     "check_merge_heads",
     "check_mha_from_torch",
     "check_split_heads",
@@ -59,14 +61,18 @@ __all__ = [
     "from_torch_state",
     "judge_from_torch",
     "mha_call",
+    "packed_call",
+    "packed_rows",
+    "packed_to_torch_state",
     "random_mha_state",
+    "random_packed_state",
     "random_torch_mha_state",
     "to_torch_state",
     "visible_cases",
     "with_error_hints",
 ]
 
-EXERCISES = ("split_heads", "merge_heads", "MultiHeadAttention", "mha_from_torch")
+EXERCISES = ("split_heads", "merge_heads", "MultiHeadAttention", "mha_from_torch", "PackedMultiHeadAttention")
 
 NEG_INF = float("-inf")
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -199,9 +205,11 @@ class _MHA(nn.Module):
 
     split = "heads"  # "view": x.view(B, H, T, Dh); "strided": head h gets columns h, h + H, ...
     merge = "heads"  # "view": reshape (B, H, T, Dh) to (B, T, D) without the transpose
-    scale = "head"  # "model": divide by sqrt(D); "none": no scaling
+    scale = "head"  # "model": divide by sqrt(D); "none": no scaling; "twice": by sqrt(Dh) twice
     use_o_proj = True
     kv_from_x = False
+    kv_from_x_same_length = False  # context used only when its length differs from x's
+    seq_first = False  # (B, T, D) read as (T, B, D): attention across the batch
     swap_qk = False
     invert_mask = False
     ignore_mask = False
@@ -230,10 +238,15 @@ class _MHA(nn.Module):
         return t.transpose(1, 2).reshape(b, n, h * dh)
 
     def forward(self, x, context=None, mask=None):
+        if self.seq_first:
+            x = x.transpose(0, 1)
+            context = None if context is None else context.transpose(0, 1)
         source = x if context is None or self.kv_from_x else context
+        if self.kv_from_x_same_length and context is not None and context.size(1) == x.size(1):
+            source = x
         q_proj, k_proj = (self.k_proj, self.q_proj) if self.swap_qk else (self.q_proj, self.k_proj)
         q, k, v = self._split(q_proj(x)), self._split(k_proj(source)), self._split(self.v_proj(source))
-        width = {"head": q.size(-1), "model": x.size(-1), "none": 1}[self.scale]
+        width = {"head": q.size(-1), "model": x.size(-1), "none": 1, "twice": q.size(-1) ** 2}[self.scale]
         scores = q @ k.transpose(-2, -1) / math.sqrt(width)
         allowed = None
         if mask is not None and not self.ignore_mask:
@@ -243,7 +256,8 @@ class _MHA(nn.Module):
         if allowed is not None:
             weights = torch.where(allowed.any(-1, keepdim=True), weights, torch.zeros_like(weights))
         out = self._merge(weights @ v)
-        return self.o_proj(out) if self.use_o_proj else out
+        out = self.o_proj(out) if self.use_o_proj else out
+        return out.transpose(0, 1) if self.seq_first else out
 
 
 def _mha_variant(name: str, **flags: Any) -> type[_MHA]:
@@ -296,11 +310,30 @@ def _from_torch_one_head(torch_mha):
     return _from_torch(torch_mha, heads=1)
 
 
+def _from_torch_per_head(torch_mha):
+    """in_proj_weight read as per-head [q_h; k_h; v_h] blocks (a fused layout), not [W_q; W_k; W_v]."""
+    h, d = torch_mha.num_heads, torch_mha.embed_dim
+    w = torch_mha.in_proj_weight.detach().reshape(h, 3, d // h, d)
+    has_bias = torch_mha.in_proj_bias is not None
+    module = _MHA(d, h, bias=has_bias).to(w.dtype)
+    state = {f"{p}.weight": w[:, i].reshape(d, d) for i, p in enumerate(PROJECTIONS[:3])}
+    state["o_proj.weight"] = torch_mha.out_proj.weight.detach()
+    if has_bias:
+        b = torch_mha.in_proj_bias.detach().reshape(h, 3, d // h)
+        state.update({f"{p}.bias": b[:, i].reshape(d) for i, p in enumerate(PROJECTIONS[:3])})
+        state["o_proj.bias"] = torch_mha.out_proj.bias.detach()
+    module.load_state_dict({k: v.clone() for k, v in state.items()}, strict=True)
+    return module
+
+
 _HINT_SPLIT_VIEW = ("x.view(B, H, T, Dh) cuts the memory of (T, D) into H blocks and mixes tokens: view as "
                     "(B, T, H, Dh) first, then .transpose(1, 2)")
 _HINT_MERGE_VIEW = ("reshaping (B, H, T, Dh) straight to (B, T, D) mixes tokens across heads: .transpose(1, 2) "
                     "to (B, T, H, Dh) first, then reshape")
 _HINT_STRIDED = "head h owns the contiguous columns h·Dh … (h+1)·Dh − 1: the H axis comes before Dh"
+
+_HINT_KV_FROM_CONTEXT = ("cross-attention: keys and values come from `context` whenever it is given "
+                        "(k_proj(context), v_proj(context)), whatever its length; queries from x")
 
 MISTAKES: dict[str, tuple[Mistake, ...]] = {
     "split_heads": (
@@ -333,8 +366,14 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
                 "for you)", _mha_variant("NoScale", scale="none")),
         Mistake("no o_proj", "apply the output projection: return self.o_proj(merged heads)",
                 _mha_variant("NoOut", use_o_proj=False)),
-        Mistake("k/v from x", "cross-attention: keys and values come from `context` when it is given "
-                "(k_proj(context), v_proj(context)); queries from x", _mha_variant("KVFromX", kv_from_x=True)),
+        Mistake("k/v from x", _HINT_KV_FROM_CONTEXT, _mha_variant("KVFromX", kv_from_x=True)),
+        Mistake("k/v from x when S == T", _HINT_KV_FROM_CONTEXT,
+                _mha_variant("KVFromXSameLength", kv_from_x_same_length=True)),
+        Mistake("scaled twice", "scaled_dot_product_attention (nb01) already divides by sqrt(Dh): scaling q "
+                "or the scores yourself as well divides by Dh", _mha_variant("ScaleTwice", scale="twice")),
+        Mistake("(B, T, D) read as (T, B, D)", "x is (B, T, D), batch first: attention mixes the T tokens of "
+                "one sequence, not the B sequences of a batch (nn.MultiheadAttention's default layout is "
+                "(T, B, D))", _mha_variant("SeqFirst", seq_first=True)),
         Mistake("q/k swapped", "q = q_proj(x) and k = k_proj(context or x): the two projections are swapped",
                 _mha_variant("SwapQK", swap_qk=True)),
         Mistake("inverted mask", "the course's masks say True = may attend (SDPA convention), the opposite "
@@ -358,6 +397,9 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
                 "bias=True and copy them too", _from_torch_no_bias),
         Mistake("one head", "use torch_mha.num_heads heads: the same weights split into other heads "
                 "give other outputs", _from_torch_one_head),
+        Mistake("in_proj read per head", "in_proj_weight is [W_q; W_k; W_v], three (D, D) blocks along dim 0 "
+                "(.chunk(3)), not per-head [q_h; k_h; v_h] slices (a fused layout of other code bases)",
+                _from_torch_per_head),
     ),
 }
 
@@ -375,6 +417,16 @@ VIEW_ERROR = (r"view size is not compatible", "after a transpose the tensor is n
               ".reshape(...) (or .contiguous().view(...)) instead of .view(...)")
 CONTEXT_ERROR = (r"must match the size of tensor", "with `context` (B, S, D) the scores are (B, H, T, S): "
                  "keys and values come from context, queries from x")
+
+
+def _cross_other_length(call: Call) -> bool:
+    """Whether ``call`` runs cross-attention with a context whose length S differs from T."""
+    x, context = (call.forward_args or (None,))[0], call.forward_kwargs.get("context")
+    return isinstance(x, torch.Tensor) and isinstance(context, torch.Tensor) and context.size(1) != x.size(1)
+
+
+KV_LENGTH_ERROR = (r"shape '\[[0-9, ]+\]' is invalid for input of size", "keys and values have "
+                   "S = context.size(1) tokens, not T = x.size(1): reshape k and v with S (or -1)", _cross_other_length)
 DTYPE_ERROR = (r"same dtype|expected scalar type|expected both", "build the module in the dtype (and on "
                "the device) of the weights it copies: .to(torch_mha.in_proj_weight.dtype)")
 
@@ -396,8 +448,8 @@ def with_error_hints(judge: Callable[[Judge], None], known: Sequence[tuple[str, 
                 detail = next((ln for ln in lines if "key(s)" in ln), lines[0] if lines else "")
                 hint = load_hints[1] if "size mismatch" in detail else load_hints[0]
                 j.fail(f"the weights could not be loaded: {detail[:100]}", hint=hint)
-            for pattern, hint in known:
-                if re.search(pattern, message):
+            for pattern, hint, *when in known:  # (regex, hint) or (regex, hint, when(call) -> bool)
+                if re.search(pattern, message) and (not when or when[0](j.case.calls[i])):
                     j.fail(f"raised {o.error_line()[:110]}", hint=hint)
         judge(j)
 
@@ -563,7 +615,7 @@ def _merge_cases() -> list[Case]:
 # ---------------------------------------------------------------------------------------------
 # Visible cases: MultiHeadAttention
 # ---------------------------------------------------------------------------------------------
-MHA_ERRORS = (VIEW_ERROR, CONTEXT_ERROR)
+MHA_ERRORS = (VIEW_ERROR, CONTEXT_ERROR, KV_LENGTH_ERROR, HALF_FILL_ERROR)
 FROM_TORCH_ERRORS = (VIEW_ERROR, DTYPE_ERROR)
 FROM_TORCH_LOAD_HINTS = (FROM_TORCH_NAMES_HINT, FROM_TORCH_SIZES_HINT)
 
@@ -618,6 +670,18 @@ def _mha_cases() -> list[Case]:
 
     cases.append(_mha_case("cross-attention: queries from x (T = 3), keys/values from context (S = 7)",
                            [mha_call(16, 2, True, state3, x3, context=ctx)], cross, seed=425))
+
+    # 3b. cross-attention with S = T: an answer that uses context only when its length differs passes 3
+    x3b = _x(435, 2, 5, 16, dtype=dt)
+    ctx3b = _x(436, 2, 5, 16, dtype=dt)
+
+    def cross_same_length(j: Judge, state=state3, x=x3b, ctx=ctx3b):
+        got = j.tensor(shape=(2, 5, 16), dtype=dt)
+        j.close(got, _torch_oracle(to_torch_state(state), 4, x, context=ctx),
+                oracle="nn.MultiheadAttention(x, context, context)")
+
+    cases.append(_mha_case("cross-attention with S = T = 5: keys/values still come from context, not x",
+                           [mha_call(16, 4, True, state3, x3b, context=ctx3b)], cross_same_length, seed=435))
 
     # 4. cross-attention with a padding mask (B, 1, 1, S): per-head F.scaled_dot_product_attention
     lengths = torch.tensor([7, 4])
@@ -775,17 +839,17 @@ def visible_cases(exercise: str) -> list[Case]:
 # Another exercise an answer calls and that fails its own check is replaced by the course's
 # version while the answer is checked: one bug costs points once (the grader does the same).
 NOTEBOOK = NotebookChecks(EXERCISES, lambda exercise: visible_cases(exercise),
-                          "tfcourse.reference.nb02_multi_head_attention")
+                          "tfcourse.reference.nb02_multi_head_attention", "02_multi_head_attention.ipynb")
 
 
 def check_split_heads(split_heads) -> None:
     """Check ``split_heads(x, num_heads)``: (B, T, D) -> (B, H, T, Dh), ValueError if D % H != 0."""
-    run_checks("split_heads", split_heads, visible_cases("split_heads"))
+    run_checks("split_heads", split_heads, visible_cases("split_heads"), notebook=NOTEBOOK)
 
 
 def check_merge_heads(merge_heads) -> None:
     """Check ``merge_heads(x)``: (B, H, T, Dh) -> (B, T, H·Dh), the inverse of the split."""
-    run_checks("merge_heads", merge_heads, visible_cases("merge_heads"))
+    run_checks("merge_heads", merge_heads, visible_cases("merge_heads"), notebook=NOTEBOOK)
 
 
 def check_MultiHeadAttention(MultiHeadAttention, part: str | None = None) -> None:  # the exercise's own name
@@ -803,3 +867,221 @@ def check_mha_from_torch(mha_from_torch) -> None:
     defined = getattr(mha_from_torch, "__globals__", {}).get("MultiHeadAttention")
     run_checks("mha_from_torch", mha_from_torch, visible_cases("mha_from_torch"),
                also={"MultiHeadAttention": defined} if defined is not None else None, notebook=NOTEBOOK)
+
+
+# ---------------------------------------------------------------------------------------------
+# Optional challenge (★★★, 0 points): PackedMultiHeadAttention, one packed q/k/v projection
+# ---------------------------------------------------------------------------------------------
+PACKED_LAYOUTS = ("blocks", "per_head")
+
+
+def packed_rows(t: torch.Tensor, num_heads: int, to: str) -> torch.Tensor:
+    """Regroup the 3D rows of a packed q/k/v weight (3D, D) or bias (3D,) between the layouts.
+
+    "blocks" (torch's in_proj_weight, GPT-2's c_attn transposed): [q of all heads; k of all heads;
+    v of all heads]. "per_head" (GPT-NeoX's and BLOOM's query_key_value): [q_0; k_0; v_0; q_1; ...].
+    ``to`` is the layout of the result; the input is in the other one.
+    """
+    rest = t.shape[1:]
+    head_dim = t.size(0) // (3 * num_heads)
+    if to == "per_head":  # (3, H, Dh, ...) -> (H, 3, Dh, ...)
+        return t.reshape(3, num_heads, head_dim, *rest).transpose(0, 1).reshape(t.shape)
+    if to == "blocks":  # (H, 3, Dh, ...) -> (3, H, Dh, ...)
+        return t.reshape(num_heads, 3, head_dim, *rest).transpose(0, 1).reshape(t.shape)
+    raise ValueError(f"layout must be one of {PACKED_LAYOUTS}, not {to!r}")
+
+
+def random_packed_state(seed: int, d_model: int, num_heads: int, bias: bool, layout: str,
+                        dtype: torch.dtype = MODULE_DTYPE) -> dict[str, torch.Tensor]:
+    """PackedMultiHeadAttention weights (qkv_proj (3D, D), o_proj (D, D)) in ``layout``, made from
+    :func:`random_mha_state` so that they hold the same W_Q, W_K, W_V, W_O for every layout."""
+    blocks = to_torch_state(random_mha_state(seed, d_model, bias, dtype))
+    regroup = (lambda t: t) if layout == "blocks" else (lambda t: packed_rows(t, num_heads, "per_head"))
+    state = {"qkv_proj.weight": regroup(blocks["in_proj_weight"]), "o_proj.weight": blocks["out_proj.weight"]}
+    if bias:
+        state["qkv_proj.bias"] = regroup(blocks["in_proj_bias"])
+        state["o_proj.bias"] = blocks["out_proj.bias"]
+    return {k: v.clone() for k, v in state.items()}
+
+
+def packed_to_torch_state(state: dict[str, torch.Tensor], num_heads: int, layout: str) -> dict[str, torch.Tensor]:
+    """PackedMultiHeadAttention's state -> nn.MultiheadAttention's (in_proj_weight, ...)."""
+    regroup = (lambda t: t) if layout == "blocks" else (lambda t: packed_rows(t, num_heads, "blocks"))
+    out = {"in_proj_weight": regroup(state["qkv_proj.weight"]), "out_proj.weight": state["o_proj.weight"]}
+    if "qkv_proj.bias" in state:
+        out["in_proj_bias"] = regroup(state["qkv_proj.bias"])
+        out["out_proj.bias"] = state["o_proj.bias"]
+    return out
+
+
+def packed_call(d_model: int, num_heads: int, bias: bool, layout: str, state: dict[str, torch.Tensor],
+                x: torch.Tensor, mask: torch.Tensor | None = None) -> Call:
+    """``PackedMultiHeadAttention(d_model, num_heads, bias=bias, layout=layout)`` with ``state``,
+    called on x (and ``mask=mask`` when given)."""
+    return Call("PackedMultiHeadAttention", (d_model, num_heads), {"bias": bias, "layout": layout},
+                state=state, forward_args=(x,), forward_kwargs={} if mask is None else {"mask": mask})
+
+
+class _Packed(nn.Module):
+    """PackedMultiHeadAttention with switches that turn on one known mistake (for hints only)."""
+
+    read_as = "layout"  # "blocks" or "per_head": read every layout this way
+    order = (0, 1, 2)  # which third (or which slot of a head) is q, k, v
+    scale = "head"
+    invert_mask = False
+    nan_rows = False
+
+    def __init__(self, d_model: int, num_heads: int, bias: bool = True, layout: str = "blocks"):
+        super().__init__()
+        if d_model % num_heads != 0 or layout not in PACKED_LAYOUTS:
+            raise ValueError(f"bad d_model = {d_model}, num_heads = {num_heads} or layout = {layout!r}")
+        self.num_heads, self.layout = num_heads, layout
+        self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.o_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x, mask=None):
+        b, t, d = x.shape
+        h = self.num_heads
+        layout = self.layout if self.read_as == "layout" else self.read_as
+        qkv = self.qkv_proj(x)
+        if layout == "blocks":
+            parts = qkv.reshape(b, t, 3, h, d // h).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
+        else:
+            parts = qkv.reshape(b, t, h, 3, d // h).permute(3, 0, 2, 1, 4)  # (3, B, H, T, Dh)
+        q, k, v = (parts[i] for i in self.order)
+        width = q.size(-1) if self.scale == "head" else d
+        scores = q @ k.transpose(-2, -1) / math.sqrt(width)
+        allowed = None
+        if mask is not None:
+            allowed = ~mask if self.invert_mask else mask
+            scores = scores.masked_fill(~allowed, NEG_INF)
+        weights = torch.softmax(scores, dim=-1)
+        if allowed is not None and not self.nan_rows:
+            weights = torch.where(allowed.any(-1, keepdim=True), weights, torch.zeros_like(weights))
+        return self.o_proj((weights @ v).transpose(1, 2).reshape(b, t, d))
+
+
+def _packed_variant(name: str, **flags: Any) -> type[_Packed]:
+    return type(name, (_Packed,), flags)
+
+
+MISTAKES["PackedMultiHeadAttention"] = (
+    Mistake("blocks read per head", "layout='blocks' is three blocks of D rows, [q of all heads; k of all "
+            "heads; v of all heads] (torch's in_proj_weight): view the (B, T, 3D) projection as "
+            "(B, T, 3, H, Dh), not (B, T, H, 3, Dh)", _packed_variant("PackedAllPerHead", read_as="per_head")),
+    Mistake("per_head read as blocks", "layout='per_head' groups the rows by head, [q_0; k_0; v_0; q_1; ...] "
+            "(GPT-NeoX's query_key_value): view the (B, T, 3D) projection as (B, T, H, 3, Dh) for it",
+            _packed_variant("PackedAllBlocks", read_as="blocks")),
+    Mistake("k, q, v order", "q comes first, then k, then v, in both layouts",
+            _packed_variant("PackedKQV", order=(1, 0, 2))),
+    Mistake("scale by sqrt(D)", "divide the scores by sqrt(Dh) = sqrt(d_model // num_heads), the width of "
+            "one head, not sqrt(d_model)", _packed_variant("PackedScaleModel", scale="model")),
+    Mistake("inverted mask", "the course's masks say True = may attend (SDPA convention), the opposite of "
+            "nn.MultiheadAttention: pass `mask` as it is, don't invert it",
+            _packed_variant("PackedInvertMask", invert_mask=True)),
+    Mistake("NaN for a query with no allowed key", "a query that may attend no key must give a zero "
+            "attention output (so o_proj's bias), not NaN: the setup cell's scaled_dot_product_attention "
+            "does that", _packed_variant("PackedNaNRows", nan_rows=True)),
+)
+PACKED_NAMES_HINT = ("create self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias) and self.o_proj = "
+                     "nn.Linear(d_model, d_model, bias=bias) and no other parameters: the grader loads weights "
+                     "by these names")
+PACKED_SIZES_HINT = "qkv_proj is one nn.Linear(d_model, 3 * d_model): its weight is (3D, D); o_proj's is (D, D)"
+PACKED_ERRORS = (VIEW_ERROR,)
+
+
+def _packed_case(title: str, calls: list[Call], judge, seed: int) -> Case:
+    return Case("PackedMultiHeadAttention", title, calls,
+                with_error_hints(judge, PACKED_ERRORS, load_hints=(PACKED_NAMES_HINT, PACKED_SIZES_HINT)),
+                seed=seed, mistakes=MISTAKES["PackedMultiHeadAttention"])
+
+
+def _packed_cases() -> list[Case]:
+    cases = []
+    dt = MODULE_DTYPE
+
+    # 1. blocks, biases, causal mask: nn.MultiheadAttention with in_proj_weight = qkv_proj.weight
+    state = random_packed_state(461, 16, 4, True, "blocks")
+    x = _x(462, 2, 6, 16, dtype=dt)
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()  # (T, T), True = may attend
+
+    def blocks_causal(j: Judge, state=state, x=x, mask=causal):
+        got = j.tensor(shape=(2, 6, 16), dtype=dt)
+        j.close(got, _torch_oracle(packed_to_torch_state(state, 4, "blocks"), 4, x, mask=mask),
+                oracle="nn.MultiheadAttention(attn_mask=~mask), in_proj_weight = qkv_proj.weight")
+
+    cases.append(_packed_case(f"layout='blocks', bias=True, causal mask ({_dt(dt)}): matches nn.MultiheadAttention "
+                              "holding qkv_proj.weight as its in_proj_weight",
+                              [packed_call(16, 4, True, "blocks", state, x, causal)], blocks_causal, seed=461))
+
+    # 2. the same weights in both layouts give the same outputs (D = 24, H = 4, Dh = 6)
+    blocks2 = random_packed_state(463, 24, 4, True, "blocks")
+    per_head2 = random_packed_state(463, 24, 4, True, "per_head")
+    x2 = _x(464, 2, 5, 24, dtype=dt)
+
+    def both_layouts(j: Judge, state=blocks2, x=x2):
+        expected = _torch_oracle(packed_to_torch_state(state, 4, "blocks"), 4, x)
+        for call, layout in enumerate(PACKED_LAYOUTS):
+            got = j.tensor(call, shape=(2, 5, 24), dtype=dt)
+            j.close(got, expected, call=call, name=f"output with layout={layout!r}",
+                    oracle="nn.MultiheadAttention holding the same W_Q, W_K, W_V, W_O")
+
+    cases.append(_packed_case("the same weights packed as 'blocks' and as 'per_head' (GPT-NeoX): both match "
+                              "nn.MultiheadAttention", [packed_call(24, 4, True, "blocks", blocks2, x2),
+                                                        packed_call(24, 4, True, "per_head", per_head2, x2)],
+                              both_layouts, seed=463))
+
+    # 3. per_head, no biases, padding mask (B, 1, 1, S), float32
+    state3 = random_packed_state(465, 16, 2, False, "per_head", torch.float32)
+    x3 = _x(466, 2, 7, 16, dtype=torch.float32)
+    pad = (torch.arange(7)[None, :] < torch.tensor([7, 3])[:, None])[:, None, None, :]  # (B, 1, 1, S)
+
+    def per_head_pad(j: Judge, state=state3, x=x3, pad=pad):
+        got = j.tensor(shape=(2, 7, 16), dtype=torch.float32)
+        course = from_torch_state(packed_to_torch_state(state, 2, "per_head"))
+        j.close(got, _per_head_sdpa_oracle(course, 2, x, mask=pad),
+                oracle="Concat(F.scaled_dot_product_attention per head) W_O")
+
+    cases.append(_packed_case("layout='per_head', bias=False, padding mask (B, 1, 1, S), float32",
+                              [packed_call(16, 2, False, "per_head", state3, x3, pad)], per_head_pad, seed=465))
+
+    # 4. a query that may attend no key: o_proj(0) = o_proj.bias, never NaN
+    state4 = random_packed_state(467, 8, 2, True, "per_head")
+    x4 = _x(468, 1, 3, 8, dtype=dt)
+    rows = torch.tensor([[True, False, False], [False, False, False], [True, True, True]])
+
+    def empty_row(j: Judge, state=state4, x=x4, rows=rows):
+        got = j.tensor(shape=(1, 3, 8), dtype=dt)
+        j.require(not bool(torch.isnan(got).any()), "query 1 may attend no key, and the output holds NaN")
+        course = from_torch_state(packed_to_torch_state(state, 2, "per_head"))
+        expected = _per_head_sdpa_oracle(course, 2, x, mask=rows)
+        expected[:, 1] = state["o_proj.bias"]  # o_proj(0) = its bias
+        j.close(got, expected, oracle="expected (row 1: o_proj(0) = o_proj.bias)")
+
+    cases.append(_packed_case("a query that may attend no key gives o_proj(0) = o_proj.bias, not NaN",
+                              [packed_call(8, 2, True, "per_head", state4, x4, rows)], empty_row, seed=467))
+
+    # 5. bad arguments raise ValueError
+    def bad_arguments(j: Judge):
+        for call, what in enumerate(["layout='neox'", "d_model = 18, num_heads = 4"]):
+            o = j.raised(call)
+            if o is None:
+                j.fail(f"PackedMultiHeadAttention({what}) returned without an error; expected a ValueError",
+                       hint="check the layout and d_model % num_heads in __init__ and raise ValueError(...)")
+            j.require(o.error_type == "ValueError", f"{what}: raised {o.error_line()[:80]}; expected a ValueError",
+                      hint="raise ValueError(...) yourself: an assert or a failing view raises other errors")
+
+    cases.append(Case("PackedMultiHeadAttention", "an unknown layout, or D not divisible by H, raises ValueError",
+                      [Call("PackedMultiHeadAttention", (16, 4), {"bias": True, "layout": "neox"}),
+                       Call("PackedMultiHeadAttention", (18, 4), {"bias": True, "layout": "blocks"})],
+                      bad_arguments, seed=469))
+    return cases
+
+
+_BUILDERS["PackedMultiHeadAttention"] = _packed_cases
+
+
+def check_PackedMultiHeadAttention(PackedMultiHeadAttention) -> None:  # the exercise's own name
+    """Check ``PackedMultiHeadAttention(d_model, num_heads, bias=True, layout="blocks")`` (optional,
+    0 points) against nn.MultiheadAttention and per-head F.scaled_dot_product_attention."""
+    run_checks("PackedMultiHeadAttention", PackedMultiHeadAttention, visible_cases("PackedMultiHeadAttention"), notebook=NOTEBOOK)

@@ -1,0 +1,261 @@
+"""The grading rules the task cells state, checked in the notebook and through the grader alike.
+
+* partial credit: every case of an exercise is scored by one of its test cells, and each test
+  cell is scored by at least one case (no free points, no unscored checks);
+* one bug costs points once: an exercise that calls another, failing, exercise is graded with
+  the course's version of that one in its place;
+* cells a learner adds (a helper, an import) are run by the grader in notebook order, but the
+  course's demo cells are not, and the feedback says so;
+* modules are loaded by parameter name: extra buffers (a registered causal mask) are allowed,
+  a parameter the grader cannot set is not.
+
+The in-notebook verdict (``check_<exercise>``) and the grader's must agree on each submission.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import re
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from grader.build import NOTEBOOKS, SOLUTIONS
+from grader.cases import cases_for
+from grader.course import load_course
+from grader.grading import grade_submission
+from tfcourse.checks._core import CheckFailed
+from tfcourse.notebook import CORE_PART, demo_names, setup_source
+
+# ---------------------------------------------------------------------------------------------
+# partial credit: cases and test cells match (fast)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("notebook", sorted(load_course()))
+def test_every_case_is_scored_by_a_test_cell_and_every_test_cell_by_a_case(notebook):
+    for ex in load_course()[notebook].exercises:
+        parts = {part for part, _ in ex.parts}
+        used = {case.part for case in cases_for(notebook, ex.name)}
+        assert used == parts, f"{notebook}/{ex.name}: cases score {sorted(used)}, test cells {sorted(parts)}"
+
+
+def test_exercises_worth_three_points_or_more_are_split():
+    """Issue 7: one missed edge case must not cost all the points of a big exercise."""
+    for nb in load_course().values():
+        for ex in nb.exercises:
+            if ex.points >= 3:
+                assert len(ex.parts) >= 2 and CORE_PART in dict(ex.parts), (nb.name, ex.name, ex.parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# submissions: the solutions notebook with some cells replaced or added
+# ---------------------------------------------------------------------------------------------
+NAN_SOFTMAX = "def softmax(x, dim=-1):\n    return torch.softmax(x, dim=dim)  # NaN on an all -inf slice\n"
+SDPA_ON_OWN_SOFTMAX = '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = softmax(scores, dim=-1)  # fully masked rows: relies on softmax
+    return weights @ v, weights
+'''
+SDPA_WITH_HELPER = '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = _scores(q, k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return weights @ v, weights
+'''
+HELPER_CELL = "import math as _m\n\n\ndef _scores(q, k):\n    return q @ k.transpose(-2, -1) / _m.sqrt(q.size(-1))\n"
+# a name only the course's demo cells of notebook 01 define: the grader does not run demo cells
+DEMO_NAME = sorted(demo_names(nbformat.read(NOTEBOOKS / "01_attention.ipynb", as_version=4))
+                   - set(dir(builtins)))[0]
+SDPA_ON_DEMO_NAME = SDPA_WITH_HELPER.replace("_scores(q, k)", f"_scores(q, k) + 0 * bool({DEMO_NAME})").replace(
+    "def scaled_dot_product_attention", HELPER_CELL + "\n\ndef scaled_dot_product_attention")
+
+MHA_NO_CROSS = '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, bias=False):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, d_model // num_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.o_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x, context=None, mask=None):
+        source = x if context is None else context
+        b, t, d = x.shape
+        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(source).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # bug: T, not S
+        v = self.v_proj(source).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        w = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        return self.o_proj((w @ v).transpose(1, 2).reshape(b, t, d))
+'''
+MHA_WITH_BUFFER_SUFFIX = '''
+
+class _WithBuffer(MultiHeadAttention):
+    """A correct module that also registers a causal-mask buffer, as some courses do."""
+
+    def __init__(self, d_model, num_heads, bias=False):
+        super().__init__(d_model, num_heads, bias)
+        self.register_buffer("causal", torch.ones(64, 64, dtype=torch.bool).tril(), persistent=True)
+        self.note = "not a parameter"
+
+
+MultiHeadAttention = _WithBuffer
+'''
+MHA_EXTRA_PARAMETER_SUFFIX = MHA_WITH_BUFFER_SUFFIX.replace(
+    'self.register_buffer("causal", torch.ones(64, 64, dtype=torch.bool).tril(), persistent=True)',
+    "self.temperature = nn.Parameter(torch.ones(()))")
+
+
+def _solution_sources(notebook: str) -> dict[str, str]:
+    return dict(load_course()[notebook].solutions)
+
+
+def _build(notebook: str, replaced: dict[str, str], added_before: dict[str, str] | None = None) -> Any:
+    """The solutions notebook with cells replaced (by grade_id) and code cells added before
+    an exercise cell (a new cell, without metadata, as JupyterLab makes it)."""
+    nb = nbformat.read(SOLUTIONS / f"{notebook}.ipynb", as_version=4)
+    cells = []
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if added_before and gid in added_before:
+            cells.append(nbformat.v4.new_code_cell(added_before[gid]))
+        if gid in replaced:
+            cell.source = replaced[gid]
+        cells.append(cell)
+    nb.cells = cells
+    return nb
+
+
+SUBMISSIONS = {
+    "one_bug_nb01": ("01_attention", {"softmax": NAN_SOFTMAX, "scaled_dot_product_attention": SDPA_ON_OWN_SOFTMAX},
+                     None),
+    "one_bug_nb02": ("02_multi_head_attention", {"MultiHeadAttention": MHA_NO_CROSS}, None),
+    "helper_cell": ("01_attention", {"scaled_dot_product_attention": SDPA_WITH_HELPER},
+                    {"scaled_dot_product_attention": HELPER_CELL}),
+    "demo_name": ("01_attention", {"scaled_dot_product_attention": SDPA_ON_DEMO_NAME}, None),
+    "buffer": ("02_multi_head_attention",
+               {"MultiHeadAttention": _solution_sources("02_multi_head_attention")["MultiHeadAttention"]
+                + MHA_WITH_BUFFER_SUFFIX}, None),
+    "extra_parameter": ("02_multi_head_attention",
+                        {"MultiHeadAttention": _solution_sources("02_multi_head_attention")["MultiHeadAttention"]
+                         + MHA_EXTRA_PARAMETER_SUFFIX}, None),
+}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory) -> dict[str, dict[str, dict]]:
+    """{submission: {exercise: verdict}}, graded two at a time by the real grader."""
+    root = tmp_path_factory.mktemp("rules")
+
+    def grade(name: str) -> tuple[str, dict]:
+        notebook, replaced, added = SUBMISSIONS[name]
+        folder = root / name
+        folder.mkdir()
+        nbformat.write(_build(notebook, replaced, added), folder / f"{notebook}.ipynb")
+        (report,) = grade_submission(folder, notebooks=[notebook])["notebooks"]
+        return name, {ex["exercise"]: ex for ex in report["exercises"]}
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(grade, SUBMISSIONS))
+
+
+def _in_notebook(name: str, exercise: str) -> tuple[bool, str]:
+    """Run the submission's setup and code cells as Run All would (demo cells of the course
+    excluded here: the learner's own demo-cell definitions are what the rule is about), then
+    the exercise's check with every part; (passed, what it printed or raised)."""
+    notebook, replaced, added = SUBMISSIONS[name]
+    nb = _build(notebook, replaced, added)
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(setup_source(nb), namespace)
+    if name == "demo_name":
+        namespace[DEMO_NAME] = 1  # the learner ran the demo cell that defines it
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and (meta.get("solution") or not meta and "check_" not in cell.source
+                                         and cell.source in (added or {}).values()):
+            exec(cell.source, namespace)
+    module = __import__(f"tfcourse.checks.nb{notebook[:2]}_{notebook[3:]}", fromlist=["x"])
+    printed = io.StringIO()
+    try:
+        with redirect_stdout(printed):
+            getattr(module, f"check_{exercise}")(namespace[exercise])
+    except CheckFailed as failure:
+        return False, str(failure)
+    return True, printed.getvalue()
+
+
+@pytest.mark.slow
+def test_one_bug_in_softmax_costs_only_softmax(graded):
+    verdicts = graded["one_bug_nb01"]
+    assert verdicts["softmax"]["score"] == 0
+    sdpa = verdicts["scaled_dot_product_attention"]
+    assert sdpa["status"] == "passed" and sdpa["score"] == sdpa["max_score"], sdpa["feedback"]
+    assert "course's `softmax` in place of yours" in sdpa["feedback"]
+    passed, text = _in_notebook("one_bug_nb01", "scaled_dot_product_attention")
+    assert passed and "course's `softmax`" in text, text
+    assert not _in_notebook("one_bug_nb01", "softmax")[0]
+
+
+@pytest.mark.slow
+def test_a_multi_head_attention_without_cross_attention_does_not_cost_mha_from_torch(graded):
+    verdicts = graded["one_bug_nb02"]
+    mha = verdicts["MultiHeadAttention"]
+    assert mha["status"] == "failed" and 0 < mha["score"] < mha["max_score"], mha  # core part kept
+    conversion = verdicts["mha_from_torch"]
+    assert conversion["status"] == "passed", conversion["feedback"]
+    passed, text = _in_notebook("one_bug_nb02", "mha_from_torch")
+    assert passed, text
+
+
+@pytest.mark.slow
+def test_a_helper_in_a_cell_the_learner_added_counts(graded):
+    sdpa = graded["helper_cell"]["scaled_dot_product_attention"]
+    assert sdpa["status"] == "passed", sdpa["feedback"]
+    assert _in_notebook("helper_cell", "scaled_dot_product_attention")[0]
+
+
+@pytest.mark.slow
+def test_a_name_from_a_course_demo_cell_is_refused_with_the_rule(graded):
+    sdpa = graded["demo_name"]["scaled_dot_product_attention"]
+    assert sdpa["status"] == "error" and sdpa["score"] == 0
+    assert "not the course's demo cells" in sdpa["feedback"], sdpa["feedback"]
+    passed, text = _in_notebook("demo_name", "scaled_dot_product_attention")
+    assert not passed and "demo cell" in text, text
+
+
+@pytest.mark.slow
+def test_extra_buffers_are_allowed(graded):
+    mha = graded["buffer"]["MultiHeadAttention"]
+    assert mha["status"] == "passed", mha["feedback"]
+    passed, text = _in_notebook("buffer", "MultiHeadAttention")
+    assert passed, text
+
+
+@pytest.mark.slow
+def test_a_parameter_the_grader_cannot_set_is_named(graded):
+    mha = graded["extra_parameter"]["MultiHeadAttention"]
+    assert mha["score"] == 0 and re.search(r"temperature", mha["feedback"]), mha["feedback"]
+    passed, text = _in_notebook("extra_parameter", "MultiHeadAttention")
+    assert not passed and "temperature" in text, text
+
+
+def test_submissions_here_are_built_from_existing_cells():
+    for notebook, replaced, added in SUBMISSIONS.values():
+        ids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in
+               nbformat.read(SOLUTIONS / f"{notebook}.ipynb", as_version=4).cells}
+        assert set(replaced) | set(added or {}) <= ids
+    assert Path(SOLUTIONS).is_dir()

@@ -70,6 +70,23 @@ WRONG: dict[str, list[Entry]] = {
                 x = x - x.max(dim=dim, keepdim=True).values
                 return x.exp() / x.exp().sum(dim=dim, keepdim=True)
             ''', hint=None),
+        _e("shift by one global max", '''
+            def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                z = x - torch.max(x)  # subtract the max for stability
+                return torch.exp(z) / torch.exp(z).sum(dim=dim, keepdim=True)
+            ''', hint="shift each slice by its own max"),
+        _e("shift by one global max, empty slices zeroed", '''
+            def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                e = torch.exp(x - x.max())  # one shift keeps every exp <= 1
+                total = e.sum(dim=dim, keepdim=True)
+                return torch.where(total > 0, e / total, torch.zeros_like(e))
+            ''', hint="shift each slice by its own max"),
+        _e("shift by max(0, slice max)", '''
+            def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                m = x.amax(dim=dim, keepdim=True).clamp(min=0)  # an all -inf slice shifts by 0, not -inf
+                e = torch.exp(x - m)
+                return torch.nan_to_num(e / e.sum(dim=dim, keepdim=True))
+            ''', hint="shift each slice by its own max"),
     ],
     "softmax_jacobian": [
         _e("p squared instead of outer product", '''
@@ -117,6 +134,12 @@ WRONG: dict[str, list[Entry]] = {
                         J[i, j] = p[i] * ((1.0 if i == j else 0.0) - p[j])
                 return J
             ''', hint="keep the input's dtype"),
+        _e("s(1 - s) as a vector", '''
+            def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
+                if p.dim() != 1:
+                    raise ValueError("p must be 1-D")
+                return p * (1 - p)  # d softmax / dz = s (1 - s)
+            ''', hint="only the diagonal of J"),
     ],
     "scaled_dot_product_attention": [
         _e("no 1/sqrt(Dh) scale", '''
@@ -182,7 +205,7 @@ WRONG: dict[str, list[Entry]] = {
                     scores = scores.masked_fill(~mask, -1e9)
                 weights = torch.softmax(scores, dim=-1)
                 return weights @ v, weights
-            ''', hint=None),
+            ''', hint="gets uniform weights, not zeros"),
         _e("returns only out", '''
             def scaled_dot_product_attention(q, k, v, mask=None):
                 scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
@@ -199,6 +222,33 @@ WRONG: dict[str, list[Entry]] = {
                 weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
                 return weights @ v, weights
             ''', hint=None),
+        _e("mask applied after the softmax", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+                if mask is not None:
+                    weights = weights * mask  # drop the keys we may not attend
+                return weights @ v, weights
+            ''', hint="apply the mask before the softmax"),
+        _e("scores divided twice by sqrt(Dh)", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                d = q.size(-1)
+                q = q / math.sqrt(d)  # scale q first (cheaper than scaling the scores)
+                scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+                if mask is not None:
+                    scores = scores.masked_fill(~mask, float("-inf"))
+                weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+                return weights @ v, weights
+            ''', hint="once, not by Dh"),
+        _e("-1e9 fill (raises on float16)", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+                if mask is not None:
+                    scores = scores.masked_fill(~mask, -1e9)
+                weights = torch.softmax(scores, dim=-1)
+                if mask is not None:
+                    weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+                return weights @ v, weights
+            ''', hint="not a float32 constant such as -1e9"),
     ],
     "causal_mask": [
         _e("top-left aligned tril", '''
@@ -324,6 +374,15 @@ CORRECT: dict[str, list[Entry]] = {
                 p = torch.where(s == 0, torch.zeros_like(e), e / s)
                 return p.to(x.dtype)
             '''),
+        _e("half inputs computed in float32", '''
+            def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                work = x.to(torch.promote_types(x.dtype, torch.float32))  # float16/bfloat16 -> float32
+                m = work.amax(dim=dim, keepdim=True)
+                m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+                e = torch.exp(work - m)
+                s = e.sum(dim=dim, keepdim=True)
+                return torch.where(s > 0, e / s, torch.zeros_like(e)).to(x.dtype)
+            '''),
     ],
     "softmax_jacobian": [
         _e("broadcasting", '''
@@ -391,6 +450,27 @@ CORRECT: dict[str, list[Entry]] = {
                 weights = e / torch.where(denom > 0, denom, torch.ones_like(denom))
                 return weights @ v, weights
             '''),
+        _e("half inputs computed in float32", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                dtype = q.dtype
+                work = torch.promote_types(dtype, torch.float32)  # float16/bfloat16 -> float32
+                q, k, v = q.to(work), k.to(work), v.to(work)
+                scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+                if mask is not None:
+                    scores = scores.masked_fill(~mask, float("-inf"))
+                weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+                return (weights @ v).to(dtype), weights.to(dtype)
+            '''),
+        _e("fill with finfo(dtype).min", '''
+            def scaled_dot_product_attention(q, k, v, mask=None):
+                scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+                if mask is not None:
+                    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+                weights = torch.softmax(scores, dim=-1)
+                if mask is not None:
+                    weights = weights * mask.any(dim=-1, keepdim=True)  # a row with no allowed key: zeros
+                return weights @ v, weights
+            '''),
     ],
     "causal_mask": [
         _e("tril with diagonal=S-T", '''
@@ -440,3 +520,159 @@ CORRECT: dict[str, list[Entry]] = {
             '''),
     ],
 }
+
+
+# The optional challenge (0 points): online-softmax attention over key/value chunks.
+WRONG["memory_efficient_attention"] = [
+    _e("earlier chunks not rescaled", '''
+        def memory_efficient_attention(q, k, v, mask=None, *, chunk_size=128):
+            if chunk_size < 1:
+                raise ValueError("chunk_size must be >= 1")
+            S = k.shape[-2]
+            m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+            l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
+            o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
+            for i in range(0, S, chunk_size):
+                s = q @ k[..., i:i + chunk_size, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
+                if mask is not None:
+                    s = s.masked_fill(~mask[..., i:i + chunk_size], float("-inf"))
+                m = torch.maximum(m, s.max(dim=-1, keepdim=True).values)
+                m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+                p = torch.exp(s - m_safe)
+                l = l + p.sum(dim=-1, keepdim=True)  # the old l and o were computed under the old max
+                o = o + p @ v[..., i:i + chunk_size, :]
+            return torch.where(l > 0, o / l, torch.zeros_like(o))
+        ''', hint="multiply both the running sum and the running output by exp(m - m')"),
+    _e("running sum not rescaled", '''
+        def memory_efficient_attention(q, k, v, mask=None, *, chunk_size=128):
+            if chunk_size < 1:
+                raise ValueError("chunk_size must be >= 1")
+            scale = q.size(-1) ** -0.5
+            m = q.new_full((*q.shape[:-1], 1), float("-inf"))
+            denom = q.new_zeros((*q.shape[:-1], 1))
+            acc = q.new_zeros((*q.shape[:-1], v.size(-1)))
+            for start in range(0, k.size(-2), chunk_size):
+                end = start + chunk_size
+                scores = (q @ k[..., start:end, :].transpose(-2, -1)) * scale
+                if mask is not None:
+                    scores = torch.where(mask[..., start:end], scores, float("-inf"))
+                new_m = torch.maximum(m, scores.amax(-1, keepdim=True))
+                safe = torch.nan_to_num(new_m, neginf=0.0)
+                correction = torch.exp(m - safe)
+                p = torch.exp(scores - safe)
+                acc = acc * correction + p @ v[..., start:end, :]
+                denom = denom + p.sum(-1, keepdim=True)
+                m = new_m
+            return torch.where(denom > 0, acc / denom, 0.0)
+        ''', hint="the running sum needs the factor exp(m - m') too"),
+    _e("last partial chunk dropped", '''
+        def memory_efficient_attention(q, k, v, mask=None, *, chunk_size=128):
+            if chunk_size < 1:
+                raise ValueError("chunk_size must be >= 1")
+            T, S = q.shape[-2], k.shape[-2]
+            if mask is not None:
+                mask = mask.expand(*mask.shape[:-2], T, S)
+            m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
+            l = torch.zeros_like(m)
+            o = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
+            n_chunks = max(S // chunk_size, 1)
+            for c in range(n_chunks):
+                ks = k[..., c * chunk_size:(c + 1) * chunk_size, :]
+                vs = v[..., c * chunk_size:(c + 1) * chunk_size, :]
+                s = q @ ks.transpose(-2, -1) / math.sqrt(q.shape[-1])
+                if mask is not None:
+                    s = s.masked_fill(~mask[..., c * chunk_size:(c + 1) * chunk_size], -math.inf)
+                m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+                shift = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+                alpha = torch.exp(m - shift)
+                p = torch.exp(s - shift)
+                l = alpha * l + p.sum(-1, keepdim=True)
+                o = alpha * o + p @ vs
+                m = m_new
+            return torch.where(l > 0, o / l, torch.zeros_like(o))
+        ''', hint="the last chunk may be shorter than chunk_size"),
+    _e("exp of raw scores (no running max)", '''
+        def memory_efficient_attention(q, k, v, mask=None, *, chunk_size=128):
+            if chunk_size < 1:
+                raise ValueError("chunk_size must be >= 1")
+            num = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+            den = torch.zeros(*q.shape[:-1], 1, dtype=q.dtype)
+            for start in range(0, k.shape[-2], chunk_size):
+                s = q @ k[..., start:start + chunk_size, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
+                if mask is not None:
+                    s = s.masked_fill(~mask[..., start:start + chunk_size], float("-inf"))
+                e = torch.exp(s)  # no max needed: we never hold all scores at once
+                num = num + e @ v[..., start:start + chunk_size, :]
+                den = den + e.sum(-1, keepdim=True)
+            return torch.where(den > 0, num / den, torch.zeros_like(num))
+        ''', hint="exp of raw scores overflows"),
+    _e("nan while only masked keys were seen", '''
+        def memory_efficient_attention(q, k, v, mask=None, *, chunk_size=128):
+            if chunk_size < 1:
+                raise ValueError("chunk_size must be >= 1")
+            m = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype)
+            l = torch.zeros_like(m)
+            acc = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
+            for start in range(0, k.shape[-2], chunk_size):
+                s = q @ k[..., start:start + chunk_size, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
+                if mask is not None:
+                    s = s.masked_fill(~mask[..., start:start + chunk_size], float("-inf"))
+                m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+                alpha = torch.exp(m - m_new)
+                p = torch.exp(s - m_new)
+                l = alpha * l + p.sum(-1, keepdim=True)
+                acc = alpha * acc + p @ v[..., start:start + chunk_size, :]
+                m = m_new
+            return acc / l
+        ''', hint="its max is -inf, and -inf - (-inf) = nan"),
+]
+
+CORRECT["memory_efficient_attention"] = [
+    _e("running max and sum, torch.split", '''
+        def memory_efficient_attention(q, k, v, mask=None, *, chunk_size=128):
+            if chunk_size < 1:
+                raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+            T, S = q.shape[-2], k.shape[-2]
+            if mask is not None:
+                mask = mask.expand(torch.broadcast_shapes(mask.shape, (T, S)))
+                mask_chunks = mask.split(chunk_size, dim=-1)
+            else:
+                mask_chunks = [None] * len(range(0, S, chunk_size))
+            m = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype, device=q.device)
+            l = torch.zeros_like(m)
+            o = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
+            chunks = zip(k.split(chunk_size, dim=-2), v.split(chunk_size, dim=-2), mask_chunks)
+            for kc, vc, mc in chunks:
+                s = q @ kc.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T, C)
+                if mc is not None:
+                    s = s.masked_fill(~mc, float("-inf"))
+                m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+                shift = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+                alpha = torch.exp(m - shift)
+                p = torch.exp(s - shift)
+                l = alpha * l + p.sum(-1, keepdim=True)
+                o = alpha * o + p @ vc
+                m = m_new
+            return torch.where(l > 0, o / l, torch.zeros_like(o))
+        '''),
+    _e("running log-sum-exp, output kept normalised", '''
+        def memory_efficient_attention(q, k, v, mask=None, *, chunk_size=128):
+            if chunk_size < 1:
+                raise ValueError("chunk_size must be at least 1")
+            T, S = q.size(-2), k.size(-2)
+            if mask is not None:
+                mask = mask.expand(torch.broadcast_shapes(mask.shape, (T, S)))
+            lse = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype)  # log of the running sum
+            out = torch.zeros((*q.shape[:-1], v.size(-1)), dtype=q.dtype)  # already normalised
+            for start in range(0, S, chunk_size):
+                stop = min(start + chunk_size, S)
+                s = q @ k[..., start:stop, :].transpose(-2, -1) / math.sqrt(q.size(-1))
+                if mask is not None:
+                    s = s.masked_fill(~mask[..., start:stop], float("-inf"))
+                lse_new = torch.logaddexp(lse, torch.logsumexp(s, dim=-1, keepdim=True))
+                safe = torch.where(torch.isfinite(lse_new), lse_new, torch.zeros_like(lse_new))
+                out = out * torch.exp(lse - safe) + torch.exp(s - safe) @ v[..., start:stop, :]
+                lse = lse_new
+            return out
+        '''),
+]

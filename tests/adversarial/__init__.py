@@ -30,7 +30,8 @@ from typing import Any
 import nbformat
 
 NOTEBOOK = "01_attention"
-EXERCISES = ("softmax", "softmax_jacobian", "scaled_dot_product_attention", "causal_mask", "padding_mask")
+EXERCISES = ("softmax", "softmax_jacobian", "scaled_dot_product_attention", "causal_mask", "padding_mask",
+             "memory_efficient_attention")
 
 # Kinds, as the rows of grading-threats.md.
 KINDS = ("endless loop", "memory bomb", "process tricks", "output flood", "faking equality",

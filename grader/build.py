@@ -8,7 +8,13 @@ For each ``solutions/NN_topic.ipynb`` (an nbgrader source notebook):
 * ``notebooks/NN_topic.ipynb`` is made with nbgrader's own preprocessors, in the order
   ``nbgrader generate_assignment`` runs them (without the database step): cells locked, solution
   regions replaced by ``raise NotImplementedError()``, outputs cleared, hidden tests removed,
-  checksums computed. So nbgrader and our grader both accept it.
+  checksums computed. So nbgrader and our grader both accept it. Every test cell carries the
+  ``raises-exception`` tag (kept from the source, which must have it, so nbgrader's own
+  ``generate_assignment`` releases the same cells): Run All in JupyterLab and nbclient runs on
+  past an unsolved check, which still fails visibly and still scores 0 in nbgrader's autograde.
+  The file is written in the form JupyterLab itself saves (nbformat 4.5 with cell ids, keys
+  sorted, indent 1, a trailing newline, and the ``language_info`` the course's kernel reports),
+  so a learner's notebook does not show as modified when it is opened.
 * ``tfcourse/reference/nbNN_topic.py`` is exported from the setup cell and the solution cells
   (markers removed), for later notebooks and for the grader's hidden cases. It is never edited
   by hand.
@@ -34,6 +40,22 @@ NOTEBOOKS = ROOT / "notebooks"
 REFERENCE = ROOT / "tfcourse" / "reference"
 
 
+#: Run All goes on past a cell with this tag (JupyterLab, nbclient, nbconvert).
+RAISES = "raises-exception"
+#: What JupyterLab writes into ``metadata.language_info`` once the kernel (ipykernel on the course's
+#: Python 3.11) has started. Committing anything else makes JupyterLab mark the notebook modified on
+#: open; with another Python patch version it still does (only ``version`` then differs).
+LANGUAGE_INFO = {
+    "codemirror_mode": {"name": "ipython", "version": 3},
+    "file_extension": ".py",
+    "mimetype": "text/x-python",
+    "name": "python",
+    "nbconvert_exporter": "python",
+    "pygments_lexer": "ipython3",
+    "version": "3.11.7",
+}
+
+
 def release(source_nb) -> nbformat.NotebookNode:
     """The learner version of a source notebook, by nbgrader's preprocessors."""
     from nbgrader.preprocessors import (
@@ -51,7 +73,19 @@ def release(source_nb) -> nbformat.NotebookNode:
     for cls in (LockCells, ClearSolutions, ClearOutput, CheckCellMetadata, ComputeChecksums,
                 ClearHiddenTests, ClearMarkScheme, ComputeChecksums, CheckCellMetadata):
         nb, resources = cls().preprocess(nb, resources)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade"):
+            tags = cell.metadata.setdefault("tags", [])
+            if RAISES not in tags:
+                tags.append(RAISES)
+    nb.metadata["language_info"] = copy.deepcopy(LANGUAGE_INFO)
     return nb
+
+
+def jupyterlab_text(nb) -> str:
+    """The notebook as JupyterLab saves it (jupyter_server: ``nbformat.write``, then a newline)."""
+    text = nbformat.writes(nb, version=nbformat.NO_CONVERT)
+    return text if text.endswith("\n") else text + "\n"
 
 
 def reference_module(notebook: str, source_nb) -> str:
@@ -80,7 +114,7 @@ def outputs() -> dict[Path, str]:
         notebook = path.stem
         names.append(notebook)
         source_nb = nbformat.read(path, as_version=4)
-        files[NOTEBOOKS / path.name] = nbformat.writes(release(source_nb)) + "\n"
+        files[NOTEBOOKS / path.name] = jupyterlab_text(release(source_nb))
         files[REFERENCE / f"{module_name(notebook)}.py"] = reference_module(notebook, source_nb)
     files[REFERENCE / "__init__.py"] = (
         '"""Reference components exported from the solution notebooks by `python -m grader.build`.\n\n'

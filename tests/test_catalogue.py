@@ -256,7 +256,7 @@ def test_grader(item: Item, graded):
     for name, r in results.items():
         if item.wrong and name == item.exercise:
             # partial credit: the entry loses the points of the test cells whose checks it fails
-            assert r["status"] in ("failed", "error") and r["score"] < r["max_score"], \
+            assert r["status"] in ("failed", "error") and (r["score"] < r["max_score"] or r["max_score"] == 0), \
                 f"the wrong entry was not caught ({r['status']}, {r['score']}):\n{r['feedback']}"
             assert r["score"] == sum(p["score"] for p in r["parts"]) and any(not p["passed"] for p in r["parts"])
             _assert_hint(r["feedback"], item.entry.hint)

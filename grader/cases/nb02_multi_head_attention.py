@@ -26,7 +26,9 @@ from tfcourse.checks.nb02_multi_head_attention import (
     from_torch_calls,
     from_torch_judge,
     mha_call,
+    packed_call,
     random_mha_state,
+    random_packed_state,
     random_torch_mha_state,
     visible_cases,
     with_error_hints,
@@ -175,3 +177,37 @@ def hidden_cases(exercise: str, seed: int) -> list[Case]:
 def cases(exercise: str, seed: int) -> list[Case]:
     """Visible cases first (their feedback is what the learner already saw), then hidden ones."""
     return visible_cases(exercise) + hidden_cases(exercise, seed)
+
+
+# Optional challenge (0 points): PackedMultiHeadAttention in both layouts, with the masks above.
+# (B, T, D, H, bias, layout, mask kind, dtype)
+_PACKED_CONFIGS = [
+    (2, 6, 32, 4, True, "blocks", "causal", MODULE_DTYPE),
+    (2, 5, 24, 4, True, "per_head", None, MODULE_DTYPE),
+    (1, 7, 48, 3, False, "per_head", "padding", torch.float32),  # H = 3: the two axes of size 3
+    (2, 4, 16, 16, True, "per_head", "random+empty", MODULE_DTYPE),  # Dh = 1, a query with no key
+    (3, 5, 16, 1, False, "blocks", "shared", torch.float32),  # one head: the layouts differ anyway
+    (2, 3, 64, 8, True, "blocks", None, torch.float32),
+]
+
+
+def _packed(seed: int) -> list[Case]:
+    out = []
+    for i, (b, t, d, h, bias, layout, kind, dtype) in enumerate(_PACKED_CONFIGS):
+        s = seed * 1000 + 900 + i
+        g = make_generator(s)
+        x = torch.randn(b, t, d, generator=g, dtype=dtype)
+        mask = _mask(kind, b, t, t, g)
+        state = random_packed_state(s, d, h, bias, layout, dtype)
+        out.append(_hidden("PackedMultiHeadAttention", f"hidden case {i + 1} (D = {d}, H = {h}, layout "
+                           f"{layout!r}, mask: {kind}): matches the reference",
+                           [packed_call(d, h, bias, layout, state, x, mask)], s, known=MHA_ERRORS[:1]))
+    bad = torch.randn(1, 2, 12, generator=make_generator(seed * 1000 + 990), dtype=MODULE_DTYPE)
+    out.append(_hidden("PackedMultiHeadAttention", "hidden case 7 (layout 'Blocks'): raises ValueError, "
+                       "as the reference does",
+                       [Call("PackedMultiHeadAttention", (12, 3), {"bias": True, "layout": "Blocks"},
+                             forward_args=(bad,))], seed * 1000 + 990))
+    return out
+
+
+_HIDDEN["PackedMultiHeadAttention"] = _packed

@@ -520,3 +520,125 @@ CORRECT: dict[str, list[Entry]] = {
             '''),
     ],
 }
+
+
+# Optional challenge (★★★, 0 points): PackedMultiHeadAttention, layouts "blocks" and "per_head".
+_PACKED_INIT = '''
+class PackedMultiHeadAttention(nn.Module):
+    def __init__(self, d_model: int, num_heads: int, bias: bool = True, layout: str = "blocks"):
+        super().__init__()
+        if layout not in ("blocks", "per_head"):
+            raise ValueError(f"unknown layout {layout!r}")
+        if d_model % num_heads:
+            raise ValueError(f"d_model = {d_model} is not divisible by num_heads = {num_heads}")
+        self.h, self.dh, self.layout = num_heads, d_model // num_heads, layout
+        self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.o_proj = nn.Linear(d_model, d_model, bias=bias)
+
+'''
+
+
+def _packed(name: str, forward: str, hint: str | None = None) -> Entry:
+    body = "\n".join("    " + line if line else "" for line in dedent(forward).strip("\n").splitlines())
+    return Entry(name, _PACKED_INIT.lstrip("\n") + body + "\n", hint)
+
+
+WRONG["PackedMultiHeadAttention"] = [
+    _packed("layout ignored: always three blocks", '''
+        def forward(self, x, mask=None):
+            B, T, D = x.shape
+            q, k, v = self.qkv_proj(x).split(D, dim=-1)  # GPT-2's c_attn split
+            q, k, v = (t.view(B, T, self.h, self.dh).transpose(1, 2) for t in (q, k, v))
+            out, _ = scaled_dot_product_attention(q, k, v, mask)
+            return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
+        ''', hint="groups the rows by head"),
+    _packed("layout ignored: always per head (GPT-NeoX habit)", '''
+        def forward(self, x, mask=None):
+            B, T, D = x.shape
+            qkv = self.qkv_proj(x).view(B, T, self.h, 3 * self.dh).transpose(1, 2)
+            q, k, v = qkv.chunk(3, dim=-1)
+            out, _ = scaled_dot_product_attention(q, k, v, mask)
+            return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
+        ''', hint="three blocks of D rows"),
+    _packed("scaled by sqrt(d_model)", '''
+        def forward(self, x, mask=None):
+            B, T, D = x.shape
+            shape = (B, T, 3, self.h, self.dh) if self.layout == "blocks" else (B, T, self.h, 3, self.dh)
+            qkv = self.qkv_proj(x).view(shape)
+            if self.layout == "per_head":
+                qkv = qkv.transpose(2, 3)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4)
+            scores = q @ k.transpose(-2, -1) / math.sqrt(D)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+            return self.o_proj((weights @ v).transpose(1, 2).reshape(B, T, D))
+        ''', hint="not sqrt(d_model)"),
+    _packed("mask inverted (nn.MultiheadAttention habit)", '''
+        def forward(self, x, mask=None):
+            B, T, D = x.shape
+            shape = (B, T, 3, self.h, self.dh) if self.layout == "blocks" else (B, T, self.h, 3, self.dh)
+            qkv = self.qkv_proj(x).view(shape)
+            if self.layout == "per_head":
+                qkv = qkv.transpose(2, 3)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4)
+            out, _ = scaled_dot_product_attention(q, k, v, None if mask is None else ~mask)
+            return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
+        ''', hint="True = may attend"),
+    _packed("NaN for a query with no allowed key", '''
+        def forward(self, x, mask=None):
+            B, T, D = x.shape
+            shape = (B, T, 3, self.h, self.dh) if self.layout == "blocks" else (B, T, self.h, 3, self.dh)
+            qkv = self.qkv_proj(x).view(shape)
+            if self.layout == "per_head":
+                qkv = qkv.transpose(2, 3)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4)
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.dh)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            out = torch.softmax(scores, dim=-1) @ v
+            return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
+        ''', hint="not NaN"),
+    _packed("q and k swapped in the per-head slots", '''
+        def forward(self, x, mask=None):
+            B, T, D = x.shape
+            qkv = self.qkv_proj(x)
+            if self.layout == "blocks":
+                q, k, v = qkv.view(B, T, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+            else:
+                k, q, v = qkv.view(B, T, self.h, 3, self.dh).permute(3, 0, 2, 1, 4)
+            out, _ = scaled_dot_product_attention(q, k, v, mask)
+            return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
+        ''', hint=None),
+]
+
+CORRECT["PackedMultiHeadAttention"] = [
+    _packed("split per layout, setup cell's attention", '''
+        def forward(self, x, mask=None):
+            B, T, D = x.shape
+            qkv = self.qkv_proj(x)  # (B, T, 3D)
+            if self.layout == "blocks":
+                q, k, v = qkv.split(D, dim=-1)  # 3 x (B, T, D)
+                q, k, v = (t.view(B, T, self.h, self.dh).transpose(1, 2) for t in (q, k, v))
+            else:
+                qkv = qkv.view(B, T, self.h, 3 * self.dh).transpose(1, 2)  # (B, H, T, 3Dh)
+                q, k, v = qkv.chunk(3, dim=-1)  # 3 x (B, H, T, Dh)
+            out, _ = scaled_dot_product_attention(q, k, v, mask)
+            return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
+        '''),
+    _packed("regroup the rows to blocks, own softmax, extra buffer", '''
+        def forward(self, x, mask=None):
+            B, T, D = x.shape
+            w, b = self.qkv_proj.weight, self.qkv_proj.bias
+            if self.layout == "per_head":  # rows (H, 3, Dh) -> (3, H, Dh)
+                w = w.view(self.h, 3, self.dh, D).transpose(0, 1).reshape(3 * D, D)
+                b = None if b is None else b.view(self.h, 3, self.dh).transpose(0, 1).reshape(3 * D)
+            q, k, v = F.linear(x, w, b).unflatten(-1, (3, self.h, self.dh)).permute(2, 0, 3, 1, 4)
+            scores = torch.einsum("bhtd,bhsd->bhts", q, k) * self.dh ** -0.5
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+            self.register_buffer("last_weights", weights.detach(), persistent=False)
+            return self.o_proj(torch.einsum("bhts,bhsd->bthd", weights, v).reshape(B, T, D))
+        '''),
+]

@@ -24,7 +24,7 @@ from torch import nn
 from tfcourse.reference.nb01_attention import scaled_dot_product_attention
 
 
-__all__ = ['split_heads', 'merge_heads', 'MultiHeadAttention', 'mha_from_torch']
+__all__ = ['split_heads', 'merge_heads', 'MultiHeadAttention', 'mha_from_torch', 'PackedMultiHeadAttention']
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -112,3 +112,39 @@ def mha_from_torch(torch_mha: nn.MultiheadAttention) -> "MultiHeadAttention":
                   "o_proj.bias": torch_mha.out_proj.bias.detach()}
     module.load_state_dict(state)  # strict: every name must match; copies the values
     return module
+
+
+class PackedMultiHeadAttention(nn.Module):
+    """Self-attention with one packed q/k/v projection (nn.MultiheadAttention's in_proj_weight,
+    GPT-2's c_attn, GPT-NeoX's and BLOOM's query_key_value).
+
+    d_model: D; num_heads: H (D % H == 0, Dh = D // H); bias: biases on both projections;
+    layout: "blocks" (rows of qkv_proj.weight = [W_Qᵀ; W_Kᵀ; W_Vᵀ]) or "per_head" (rows = head 0's
+    q, k, v, then head 1's, ...). Parameters: qkv_proj = nn.Linear(D, 3D), o_proj = nn.Linear(D, D).
+    forward(x, mask=None): x (B, T, D); mask bool broadcastable to (B, H, T, T), True = may attend.
+    Returns (B, T, D). Raises ValueError for an unknown layout or D % H != 0.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, bias: bool = True, layout: str = "blocks"):
+        super().__init__()
+        if layout not in ("blocks", "per_head"):
+            raise ValueError(f"layout must be 'blocks' or 'per_head', not {layout!r}")
+        if d_model % num_heads != 0:
+            raise ValueError(f"d_model = {d_model} is not divisible by num_heads = {num_heads}")
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.layout = layout
+        self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.o_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        batch_size, seq_len, d_model = x.shape
+        qkv = self.qkv_proj(x)  # (B, T, 3D)
+        if self.layout == "blocks":  # [q of all heads | k of all heads | v of all heads]
+            qkv = qkv.view(batch_size, seq_len, 3, self.num_heads, self.head_dim)  # (B, T, 3, H, Dh)
+        else:  # [q_0 | k_0 | v_0 | q_1 | ...]
+            qkv = qkv.view(batch_size, seq_len, self.num_heads, 3, self.head_dim).transpose(2, 3)  # (B, T, 3, H, Dh)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, Dh)
+        out, _ = scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, Dh)
+        out = out.transpose(1, 2).reshape(batch_size, seq_len, d_model)  # (B, T, D)
+        return self.o_proj(out)  # (B, T, D)

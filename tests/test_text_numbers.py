@@ -1,0 +1,60 @@
+"""Every number the text quotes is computed by the notebook: a decimal number written in a
+markdown cell of ``solutions/`` must appear, as written, in what the executed notebook printed.
+
+Section numbers (a heading's "7.1", "§3.2", "section 7.2") are not quantities. Numbers inside
+LaTeX math (``$…$``, ``$$…$$``) or code spans are definitions and formulas
+(``1e-5``, ``\\sqrt{d_k}``, ``0.5`` in a rule), not results, and are not checked. A measured value
+that varies from run to run (a timing) must not be quoted as an exact number: print it and say
+"about", or refer to the printed table.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from grader.build import SOLUTIONS
+
+pytestmark = pytest.mark.slow
+SOURCES = sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
+NUMBER = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.]*\d)")
+HIDDEN = re.compile(r"\$\$.*?\$\$|\$[^$\n]*\$|`[^`\n]*`|<code>.*?</code>|\]\([^)]*\)"
+                    r"|^#+ *[\d.]+|(?:§|\b[Ss]ections? )[\d.]+(?:(?:,| and| or|–|-) ?[\d.]+)*", re.S | re.M)
+
+
+def quoted_numbers(markdown: str) -> list[str]:
+    """The decimal numbers of a markdown text outside math, code spans and link targets."""
+    return NUMBER.findall(HIDDEN.sub(" ", markdown))
+
+
+def printed_text(nb) -> str:
+    parts = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for out in cell.get("outputs", []):
+            parts.append(out.get("text", ""))
+            for mime in ("text/plain", "text/markdown", "text/html"):
+                value = out.get("data", {}).get(mime, "")
+                parts.append("".join(value) if isinstance(value, list) else value)
+    return "\n".join(parts)
+
+
+def test_the_scanner_finds_quoted_numbers_and_skips_math_and_code():
+    text = "p = 0.881 and 0.119, so 0.105; $e^{0.5}$, `atol=1e-5`, `x = 2.5`, [see](docs/v1.2.md) 3.14."
+    assert quoted_numbers(text) == ["0.881", "0.119", "0.105", "3.14"]
+    assert quoted_numbers("version 2.13.0 of torch, section 3.2.2 and §7.1, sections 7.1 and 7.2") == []
+    assert quoted_numbers("### 7.2 Causal masks\nweights 0.25") == ["0.25"]
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_every_number_the_text_quotes_is_printed(source, executed_solutions):
+    nb, _ = executed_solutions(source)
+    printed = printed_text(nb)
+    missing = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            missing += [f"cell {i}: {n}" for n in quoted_numbers(cell.source) if n not in printed]
+    assert not missing, ("numbers the text quotes that no code cell printed (compute and print them, "
+                         f"or put a definition in $math$ or a code span): {missing}")

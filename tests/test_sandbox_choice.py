@@ -1,4 +1,5 @@
-"""Where bubblewrap works at all, the grader's own bubblewrap command must work too.
+"""Where bubblewrap works at all, the grader's own bubblewrap command must work too; and a batch
+without bubblewrap fails closed (issue 15).
 
 (A Python installation under /tmp, as a virtual environment in a checkout under /tmp, was once
 hidden by the sandbox's /tmp and the grader silently fell back to weaker isolation.)
@@ -6,6 +7,9 @@ hidden by the sandbox's /tmp and the grader silently fell back to weaker isolati
 
 from __future__ import annotations
 
+import csv
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -13,6 +17,7 @@ import sys
 import pytest
 
 from grader import sandbox
+from grader.build import ROOT
 
 
 def _bwrap_usable() -> bool:
@@ -32,3 +37,77 @@ def test_fallback_reason_is_one_line():
     for mode in sandbox.MODES:
         why = sandbox._works(mode)
         assert why is None or "\n" not in why
+
+
+# ---------------------------------------------------------------------------------------------
+# Fail closed (issue 15): a batch without bubblewrap stops before grading unless the weaker mode
+# is asked for by name. "No bubblewrap" is simulated: in-process by hiding the tool from
+# shutil.which, end to end by a PATH without it.
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture
+def no_bwrap(monkeypatch, tmp_path):
+    """This process's grader as on a machine without bubblewrap (unshare and none as they are)."""
+    which = sandbox.shutil.which
+    monkeypatch.setattr(sandbox.shutil, "which", lambda tool, *a, **k: None if tool == "bwrap" else which(tool, *a, **k))
+    monkeypatch.setenv(sandbox.ENV_VAR, "auto")  # restored afterwards, whatever --sandbox sets
+    monkeypatch.setattr(sandbox, "_protected", set())
+    sandbox._choose.cache_clear()
+    yield tmp_path
+    sandbox._choose.cache_clear()
+
+
+def _main(*argv: str) -> int:
+    from grader.__main__ import main
+
+    return main(["--notebooks", "01_attention", "--quiet", *argv])
+
+
+def test_a_batch_without_bubblewrap_refuses_to_start(no_bwrap, capsys):
+    out = no_bwrap / "r.json"
+    for argv in (["a", "b"], ["a", "--strict"]):
+        assert _main(*argv, "--json", str(out)) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("grader: bubblewrap is unavailable (bwrap is not installed)")
+        for fix in ("apt-get install bubblewrap", "container recipe in docs/grading.md", "--sandbox unshare",
+                    "--sandbox none"):
+            assert fix in err[0], err[0]
+        assert not out.exists()  # stopped before grading
+
+
+def test_one_submission_without_bubblewrap_warns_then_grades(no_bwrap, capsys):
+    out = no_bwrap / "r.json"
+    assert _main("a", "--json", str(out)) == 0
+    err = capsys.readouterr().err
+    assert len([line for line in err.splitlines() if "weaker isolation" in line]) == 1, err
+    (row,) = json.loads(out.read_text())["submissions"]
+    assert row["sandbox"] in ("unshare", "none")
+
+
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_a_weaker_mode_named_grades_a_batch_and_every_row_says_so(no_bwrap, monkeypatch, capsys, how):
+    mode = "unshare" if sandbox._works("unshare") is None else "none"
+    named = ["--sandbox", mode] if how == "flag" else []
+    if how == "environment":
+        monkeypatch.setenv(sandbox.ENV_VAR, mode)
+    out, table = no_bwrap / "r.json", no_bwrap / "r.csv"
+    assert _main("a", "b", *named, "--json", str(out), "--csv", str(table)) == 0
+    assert "weaker isolation" not in capsys.readouterr().err
+    report = json.loads(out.read_text())
+    assert report["sandbox"] == mode and [r["sandbox"] for r in report["submissions"]] == [mode, mode]
+    rows = list(csv.DictReader(table.open()))
+    assert [r["sandbox"] for r in rows] == [mode, mode]
+
+
+def test_batch_refusal_end_to_end_with_bubblewrap_off_path(tmp_path):
+    """The real CLI, with a PATH that holds no bwrap: one line, exit 1, nothing graded."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    if shutil.which("unshare"):
+        (bindir / "unshare").symlink_to(shutil.which("unshare"))
+    env = {k: v for k, v in os.environ.items() if k != sandbox.ENV_VAR}
+    env["PATH"] = str(bindir)
+    proc = subprocess.run([sys.executable, "-m", "grader", "x", "y", "--json", str(tmp_path / "r.json")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    print(proc.stderr)
+    assert proc.returncode == 1 and not (tmp_path / "r.json").exists()
+    assert len(proc.stderr.strip().splitlines()) == 1 and "apt-get install bubblewrap" in proc.stderr

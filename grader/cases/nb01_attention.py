@@ -2,7 +2,8 @@
 
 The visible cases come from ``tfcourse.checks.nb01_attention``; the hidden ones below compare
 with the reference solution on inputs drawn from the grader's seed: several batch/head shapes,
-T != S and T = 1, float64 (tight tolerance) and float32, fully masked rows and large logits.
+T != S and T = 1, float64 (tight tolerance) and float32, fully masked rows and large logits, and
+float16/bfloat16 (``half.py``: compared with the reference computed in float64).
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ from tfcourse.checks._core import Case, Judge
 from tfcourse.checks.nb01_attention import EXERCISES, MISTAKES, visible_cases
 from tfcourse.device import make_generator
 
+from .half import HALF_DTYPES, half_case
+
 __all__ = ["EXERCISES", "cases", "hidden_cases"]
+
+NOTEBOOK = "01_attention"
 
 
 def _hidden(exercise: str, title: str, call: Call, seed: int, *, n: int = 1, names=None,
@@ -38,6 +43,25 @@ def _softmax(seed: int) -> list[Case]:
         if i == 2:
             x[:, 1] = float("-inf")  # one all -inf slice along dim 0
         out.append(_hidden("softmax", f"hidden case {i + 1}: matches the reference", Call("softmax", (x,), {"dim": dim}), s))
+    return out + _softmax_more(seed)
+
+
+def _softmax_more(seed: int) -> list[Case]:
+    """A 1-D input and a negative dim other than -1 (no other case has them), then half precision."""
+    out = []
+    s = seed * 1000 + 110
+    g = make_generator(s)
+    out.append(_hidden("softmax", "hidden case: a 1-D input (one vector of logits)",
+                       Call("softmax", (torch.randn(9, generator=g, dtype=torch.float64) * 3,)), s))
+    out.append(_hidden("softmax", "hidden case: dim=-2", Call("softmax", (torch.randn(
+        2, 5, 3, generator=g, dtype=torch.float64) * 3,), {"dim": -2}), s))
+    for i, dtype in enumerate(HALF_DTYPES):
+        s = seed * 1000 + 120 + i
+        x = torch.randn(3, 4, 9, generator=make_generator(s)) * 4  # float32, then cast
+        x[1, 2] = float("-inf")  # an all -inf slice
+        x[2, :, :4] = float("-inf")  # masked entries
+        out.append(half_case(NOTEBOOK, "softmax", "hidden case: half precision, with -inf entries",
+                             Call("softmax", (x.to(dtype),)), dtype, s, mistakes=MISTAKES["softmax"]))
     return out
 
 
@@ -79,6 +103,37 @@ def _sdpa(seed: int) -> list[Case]:
             kwargs["mask"] = (torch.arange(s_len)[None, :] < lengths[:, None])[:, None, None, :]
         out.append(_hidden(name, f"hidden case {i + 1}: matches the reference", Call(name, (q, k, v), kwargs), s,
                            n=2, names=("out", "weights"), part="masks" if "mask" in kwargs else "core"))
+    return out + _sdpa_half(seed)
+
+
+def _sdpa_half(seed: int) -> list[Case]:
+    """float16 and bfloat16, without a mask (core) and with masks (a query that may attend nothing)."""
+    out = []
+    name = "scaled_dot_product_attention"
+    configs = [  # (batch dims, T, S, Dh, Dv, dtype, mask kind)
+        ((2, 3), 5, 7, 16, 16, torch.float16, None),
+        ((2, 2), 6, 6, 32, 16, torch.float16, "causal+empty"),
+        ((2, 3), 4, 9, 16, 8, torch.bfloat16, None),
+        ((2, 2), 3, 8, 64, 64, torch.bfloat16, "padding"),
+    ]
+    for i, (batch, t, s_len, dh, dv, dtype, kind) in enumerate(configs):
+        s = seed * 1000 + 320 + i
+        g = make_generator(s)
+        q = torch.randn(*batch, t, dh, generator=g)  # float32, then cast
+        k = torch.randn(*batch, s_len, dh, generator=g)
+        v = torch.randn(*batch, s_len, dv, generator=g)
+        kwargs = {}
+        if kind == "causal+empty":
+            mask = torch.ones(t, s_len, dtype=torch.bool).tril(s_len - t)
+            mask[1] = False  # a query that may attend nothing
+            kwargs["mask"] = mask
+        elif kind == "padding":
+            lengths = torch.tensor([8, 3])
+            kwargs["mask"] = (torch.arange(s_len)[None, :] < lengths[:, None])[:, None, None, :]
+        call = Call(name, tuple(x.to(dtype) for x in (q, k, v)), kwargs)
+        out.append(half_case(NOTEBOOK, name, f"hidden case: half precision, mask: {kind}", call, dtype, s,
+                             mistakes=MISTAKES[name], n=2, names=("out", "weights"),
+                             part="masks" if kind else "core"))
     return out
 
 

@@ -2,10 +2,11 @@
 
 The visible cases come from ``tfcourse.checks.nb02_multi_head_attention``; the hidden ones below
 compare with the reference solution on inputs drawn from the grader's seed: several batch sizes,
-widths and head counts (H = 1 and Dh = 1 included), T != S for cross-attention, causal, padding
-and random masks (one with a query that may attend nothing), float64 where the call machinery
-loads float64 weights into modules (``MODULE_DTYPE``) and float32. Module weights have a
-realistic scale (std 1/sqrt(D)).
+widths and head counts (H = 1 and Dh = 1 included), T != S for cross-attention and S = T with a
+context that is not x, causal, padding and random masks (one with a query that may attend
+nothing), float64 where the call machinery loads float64 weights into modules (``MODULE_DTYPE``),
+float32, and float16/bfloat16 (``half.py``: compared with the reference computed in float64).
+Module weights have a realistic scale (std 1/sqrt(D)).
 
 ``mha_from_torch`` cases also run the learner's own ``MultiHeadAttention`` with the converted
 weights, so a bug in that module is not charged to the conversion a second time
@@ -34,6 +35,8 @@ from tfcourse.checks.nb02_multi_head_attention import (
     with_error_hints,
 )
 from tfcourse.device import make_generator
+
+from .half import half_case
 
 __all__ = ["EXERCISES", "cases", "hidden_cases"]
 
@@ -108,6 +111,7 @@ _MODULE_CONFIGS = [
     (2, 3, 5, 64, 8, False, "random+empty", torch.float32),
     (2, 7, None, 16, 16, False, "causal", torch.float32),
     (2, 2, 6, 32, 2, True, "shared", MODULE_DTYPE),
+    (2, 5, 5, 24, 3, True, None, MODULE_DTYPE),  # cross-attention with S = T (context is not x)
 ]
 
 
@@ -131,6 +135,32 @@ def _mha(seed: int) -> list[Case]:
         out.append(_hidden("MultiHeadAttention", f"hidden case {i + 1} (D = {d}, H = {h}, {what}, mask: {kind}): "
                            "matches the reference", [mha_call(d, h, bias, state, x, context, mask)], s,
                            known=MHA_ERRORS))
+    return out + _mha_half(seed)
+
+
+# half precision: (B, T, S or None, D, H, bias, mask kind, dtype); inputs and weights made in float32
+_HALF_CONFIGS = [
+    (2, 6, None, 32, 4, True, None, torch.float16),
+    (2, 5, None, 32, 4, False, "causal", torch.float16),
+    (2, 4, 7, 32, 2, True, "padding", torch.bfloat16),
+    (1, 6, None, 16, 2, True, None, torch.bfloat16),
+]
+
+
+def _mha_half(seed: int) -> list[Case]:
+    out = []
+    for i, config in enumerate(_HALF_CONFIGS):
+        s = seed * 1000 + 750 + i
+        b, t, s_len, d, h, bias, kind, dtype = config
+        x, context, mask = _module_inputs(s, (*config[:-1], torch.float32))
+        state = {k: v.to(dtype) for k, v in random_mha_state(s, d, bias, torch.float32).items()}
+        call = mha_call(d, h, bias, state, x.to(dtype), None if context is None else context.to(dtype), mask)
+        what = "self" if s_len is None else f"cross, S = {s_len}"
+        masked = kind is not None or s_len is not None
+        out.append(half_case("02_multi_head_attention", "MultiHeadAttention",
+                             f"hidden case: half precision (D = {d}, H = {h}, {what}, mask: {kind})", call, dtype, s,
+                             mistakes=MISTAKES["MultiHeadAttention"], part="cross_and_masks" if masked else "core",
+                             wrap=lambda judge: with_error_hints(judge, MHA_ERRORS)))
     return out
 
 

@@ -237,6 +237,50 @@ WRONG: dict[str, list[Entry]] = {
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
                 return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
             ''', hint=None),
+        _mha("context used only when its length differs from x's", '''
+            def forward(self, x, context=None, mask=None):
+                B, T, D = x.shape
+                # same length as x: this is self-attention
+                c = context if context is not None and context.size(1) != T else x
+                q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+                k = self.k_proj(c).view(B, -1, self.num_heads, self.head_dim).transpose(1, 2)
+                v = self.v_proj(c).view(B, -1, self.num_heads, self.head_dim).transpose(1, 2)
+                out, _ = scaled_dot_product_attention(q, k, v, mask)
+                return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
+            ''', hint="whatever its length"),
+        _mha("q scaled, then nb01 attention scales again", '''
+            def forward(self, x, context=None, mask=None):
+                c = x if context is None else context
+                B, T, D = x.shape
+                q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+                q = q / math.sqrt(self.head_dim)  # scaled dot-product
+                k = self.k_proj(c).view(B, -1, self.num_heads, self.head_dim).transpose(1, 2)
+                v = self.v_proj(c).view(B, -1, self.num_heads, self.head_dim).transpose(1, 2)
+                out, _ = scaled_dot_product_attention(q, k, v, mask)
+                return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
+            ''', hint="already divides by sqrt(Dh)"),
+        _mha("keys and values reshaped with the query length T", '''
+            def forward(self, x, context=None, mask=None):
+                c = x if context is None else context
+                B, T, D = x.shape
+                q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+                k = self.k_proj(c).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+                v = self.v_proj(c).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+                out, _ = scaled_dot_product_attention(q, k, v, mask)
+                return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
+            ''', hint="not T = x.size(1)"),
+        _mha("(B, T, D) read as (T, B, D)", '''
+            def forward(self, x, context=None, mask=None):
+                c = x if context is None else context
+                T, B, D = x.shape  # sequence first, as in nn.MultiheadAttention
+                S = c.shape[0]
+                H, Dh = self.num_heads, self.head_dim
+                q = self.q_proj(x).view(T, B, H, Dh).permute(1, 2, 0, 3)  # (B, H, T, Dh)
+                k = self.k_proj(c).view(S, B, H, Dh).permute(1, 2, 0, 3)
+                v = self.v_proj(c).view(S, B, H, Dh).permute(1, 2, 0, 3)
+                out, _ = scaled_dot_product_attention(q, k, v, mask)
+                return self.o_proj(out.permute(2, 0, 1, 3).reshape(T, B, D))
+            ''', hint="batch first"),
     ],
     "mha_from_torch": [
         _e("chunks taken as k, q, v", '''
@@ -328,6 +372,24 @@ WRONG: dict[str, list[Entry]] = {
                         m.v_proj.bias.copy_(b_v)
                 return m
             ''', hint=None),
+        _e("in_proj_weight read per head", '''
+            def mha_from_torch(torch_mha: nn.MultiheadAttention) -> MultiHeadAttention:
+                D, H = torch_mha.embed_dim, torch_mha.num_heads
+                Dh = D // H
+                bias = torch_mha.in_proj_bias is not None
+                m = MultiHeadAttention(D, H, bias=bias).to(torch_mha.in_proj_weight.dtype)
+                w = torch_mha.in_proj_weight.detach().view(H, 3 * Dh, D)  # per head: [q_h; k_h; v_h]
+                w_q, w_k, w_v = (t.reshape(D, D) for t in w.split(Dh, dim=1))
+                state = {"q_proj.weight": w_q, "k_proj.weight": w_k, "v_proj.weight": w_v,
+                         "o_proj.weight": torch_mha.out_proj.weight.detach()}
+                if bias:
+                    b = torch_mha.in_proj_bias.detach().view(H, 3 * Dh)
+                    b_q, b_k, b_v = (t.reshape(D) for t in b.split(Dh, dim=1))
+                    state |= {"q_proj.bias": b_q, "k_proj.bias": b_k, "v_proj.bias": b_v,
+                              "o_proj.bias": torch_mha.out_proj.bias.detach()}
+                m.load_state_dict(state)
+                return m
+            ''', hint="not per-head"),
     ],
 }
 
@@ -464,6 +526,17 @@ CORRECT: dict[str, list[Entry]] = {
                     w = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows with no allowed key -> 0
                     out = (w @ v).permute(0, 2, 1, 3).reshape(B, T, D)
                     return self.o_proj(out)
+            '''),
+        _mha("attention in float32 for half inputs", '''
+            def forward(self, x, context=None, mask=None):
+                c = x if context is None else context
+                B, T, D = x.shape
+                work = torch.promote_types(x.dtype, torch.float32)  # float16/bfloat16 -> float32
+                q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+                k = self.k_proj(c).view(B, -1, self.num_heads, self.head_dim).transpose(1, 2)
+                v = self.v_proj(c).view(B, -1, self.num_heads, self.head_dim).transpose(1, 2)
+                out, _ = scaled_dot_product_attention(q.to(work), k.to(work), v.to(work), mask)
+                return self.o_proj(out.to(x.dtype).transpose(1, 2).reshape(B, T, D))
             '''),
     ],
     "mha_from_torch": [

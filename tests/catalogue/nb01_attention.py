@@ -70,6 +70,16 @@ WRONG: dict[str, list[Entry]] = {
                 x = x - x.max(dim=dim, keepdim=True).values
                 return x.exp() / x.exp().sum(dim=dim, keepdim=True)
             ''', hint=None),
+        _e("negative dim taken as the last axis", '''
+            def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+                if dim < 0:
+                    dim = x.ndim - 1  # negative: the last axis
+                m = x.amax(dim=dim, keepdim=True)
+                m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+                e = torch.exp(x - m)
+                s = e.sum(dim=dim, keepdim=True)
+                return torch.where(s > 0, e / s, torch.zeros_like(e))
+            ''', hint="a negative `dim` counts from the end"),
         _e("shift by one global max", '''
             def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
                 z = x - torch.max(x)  # subtract the max for stability

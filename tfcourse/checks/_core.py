@@ -12,8 +12,9 @@ at position t does not change when later tokens change"), described as plain-dat
 Feedback rules (architecture.md, principle 4): a failure says which property failed, the inputs to
 reproduce it (shapes, dtype, seed), shape before values, the largest difference, where, and the
 tolerance, and at most one hint naming the likely mistake, in at most 8 lines. Hints come from
-:class:`Mistake` entries: known wrong implementations that are run on the same inputs; when the
-learner's answer matches one of them, its hint is shown.
+:class:`Mistake` entries: known wrong implementations that are run on the same inputs; the hint is
+shown only when one mistake (or several with the same hint) reproduces the answer on every call of
+the failing case and no mistake with another hint does (:meth:`Judge.mistake_hint`).
 """
 
 from __future__ import annotations

@@ -74,6 +74,11 @@ def _zero_empty(e, total):
     return torch.where(total > 0, e / total, torch.zeros_like(e))
 
 
+def _softmax_negative_dim_last(x, dim=-1):
+    dim = x.dim() - 1 if dim < 0 else dim  # every negative dim read as the last axis
+    return torch.nan_to_num(torch.softmax(x, dim=dim), nan=0.0)
+
+
 def _softmax_global_shift(x, dim=-1):
     e = torch.exp(x - x.max())  # one max for the whole tensor
     return e / e.sum(dim=dim, keepdim=True)
@@ -226,6 +231,9 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
                 _softmax_unnormalised),
         Mistake("ignores dim", "use the `dim` argument, not a hard-coded -1", _softmax_last_axis),
         Mistake("dim 0", "the softmax is taken along `dim`; this looks like axis 0", _softmax_dim0),
+        Mistake("negative dim as the last axis", "a negative `dim` counts from the end: dim=-2 is the axis "
+                "x.dim() - 2, not the last one (x.amax(dim=dim, keepdim=True) handles any dim)",
+                _softmax_negative_dim_last),
         Mistake("no max shift", "exp(1000) overflows to inf: subtract the max along `dim` before exp",
                 _softmax_no_shift),
         Mistake("global max shift", _HINT_SHIFT, _softmax_global_shift),
@@ -317,9 +325,13 @@ def _softmax_cases() -> list[Case]:
         j.require(torch.allclose(sums, torch.ones_like(sums), atol=1e-5),
                   f"slices along dim=1 should sum to 1; sums range {float(sums.min()):.4g}..{float(sums.max()):.4g}")
         j.close(got, torch.softmax(y, dim=1), oracle="torch.softmax")
+        y2 = y.transpose(0, 1)  # (4, 3, 2): dim=-2 is the axis of size 3
+        got2 = j.tensor(1, shape=y2.shape, dtype=y2.dtype)
+        j.close(got2, torch.softmax(y2, dim=-2), name="output for dim=-2", call=1, oracle="torch.softmax")
 
-    cases.append(_case("softmax", "uses `dim` (here dim=1) and keeps float32",
-                       [Call("softmax", (y,), {"dim": 1})], other_dim, seed=102))
+    cases.append(_case("softmax", "uses `dim` (here dim=1, then dim=-2) and keeps float32",
+                       [Call("softmax", (y,), {"dim": 1}), Call("softmax", (y.transpose(0, 1).contiguous(),),
+                                                                {"dim": -2})], other_dim, seed=102))
 
     big = torch.tensor([[1000.0, 999.0, 0.0], [-1000.0, -1001.0, -1002.0]], dtype=torch.float64)
     # moderate logits as well: they tell a shift by one global max (right here) from a sum over

@@ -8,9 +8,13 @@ process it started is left running, that no file outside its temporary folders c
 batch gives one row per submission, that honest submissions get the same JSON in the batch as
 alone, and that grading twice gives the same JSON.
 
-Attacks whose assertions need isolation this machine cannot give (a private file view needs
-bubblewrap; network and PID namespaces need bubblewrap or unshare) are skipped, with the reason,
-and never run: on an unsandboxed machine they would really overwrite course files.
+The batch runs once per sandbox mode the machine offers (issue 15): in ``bwrap`` mode every
+hostile submission, in ``unshare`` mode those that attack files, peek, forge or use the network,
+plus a few of every other kind (``UNSHARE_SET``; ``TFCOURSE_ADVERSARIAL_ALL=1`` runs them all
+there too); ``none`` only where neither works. Attacks whose assertions need isolation a mode
+cannot give (a private file view needs bwrap or unshare; network and PID namespaces too) are
+skipped there, with the reason, and never run: unsandboxed they would really overwrite course
+files.
 The sandbox's plumbing (fallback, hidden paths, the results channel) has fast tests at the end.
 """
 
@@ -47,8 +51,15 @@ from tfcourse.notebook import read_notebook, solution_cells
 
 TIMEOUT, MEMORY, OUTPUT_KB = "5", "1536", 64
 WATCHED = ("solutions", "notebooks", "tfcourse", "grader")
-NEEDS = {"": {"bwrap", "unshare", "none"}, "files": {"bwrap"}, "network": {"bwrap", "unshare"},
+NEEDS = {"": {"bwrap", "unshare", "none"}, "files": {"bwrap", "unshare"}, "network": {"bwrap", "unshare"},
          "pidns": {"bwrap", "unshare"}}
+# What the unshare batch runs (CI time): every attack on files, peeking, forging and the network,
+# and a few of each other kind.
+UNSHARE_SET = {a.name for a in ATTACKS if a.needs or a.kind in ("peeking", "forging the report")} | {
+    "loop_plain", "sleep_in_c", "memory_one_allocation", "memory_in_many_processes", "fork_loop",
+    "background_process", "double_fork_setsid", "segfault", "output_flood", "big_file", "patch_checks",
+    "tensor_subclass", "invalid_json", "environment_drift"}
+ALL_ENV = "TFCOURSE_ADVERSARIAL_ALL"
 HONEST = ("honest", "honest_with_mistakes")  # graded in the batch and alone
 
 
@@ -147,11 +158,32 @@ def mode() -> str:
     return sandbox.choose().mode
 
 
+@pytest.fixture(scope="module", params=["bwrap", "unshare", "none"])
+def batch_mode(request) -> str:
+    """Each sandbox mode this machine offers (none only where no sandbox works)."""
+    why = sandbox._works(request.param)
+    if why is not None:
+        pytest.skip(f"sandbox {request.param!r} cannot run here: {why}")
+    if request.param == "none" and any(sandbox._works(m) is None for m in ("bwrap", "unshare")):
+        pytest.skip("mode 'none' runs the batch only where neither bwrap nor unshare works")
+    return request.param
+
+
+def _skip_reason(attack: Hostile, mode: str) -> str | None:
+    if mode not in NEEDS[attack.needs]:
+        return (f"needs {attack.needs!r} isolation; the sandbox here is {mode!r} "
+                f"(install bubblewrap for the full suite)")
+    if mode == "unshare" and attack.name not in UNSHARE_SET and not os.environ.get(ALL_ENV):
+        return f"not in the unshare subset (CI time; {ALL_ENV}=1 runs every attack in unshare mode)"
+    return None
+
+
 @pytest.fixture(scope="module")
-def batch(tmp_path_factory, mode) -> dict:
+def batch(tmp_path_factory, batch_mode) -> dict:
     """Build every hostile submission this machine can safely run, grade them in one CLI batch
     (--jobs 2), and record what the suite checks afterwards."""
-    base = tmp_path_factory.mktemp("adversarial")
+    mode = batch_mode
+    base = tmp_path_factory.mktemp(f"adversarial-{mode}")
     subs, jobs, reports = base / "submissions", base / "jobs", base / "report"
     for d in (subs, jobs, reports):
         d.mkdir()
@@ -164,7 +196,7 @@ def batch(tmp_path_factory, mode) -> dict:
     ctx = {"SLEEP": f"100000.{marker}", "PORT": str(server.getsockname()[1]), "ROOT": str(ROOT),
            "LIBRARY": str(Path(tfcourse.__file__).resolve().parent), "SUBMISSIONS": str(subs),
            "REPORT": str(report), "SECRET": f"secret-{marker}"}
-    chosen = [a for a in ATTACKS if mode in NEEDS[a.needs]]
+    chosen = [a for a in ATTACKS if _skip_reason(a, mode) is None]
     paths = [build_submission(a, subs, ctx) for a in chosen]
     paths += [build_submission(_honest(n), subs, ctx) for n in HONEST]
     names = [a.name for a in chosen] + list(HONEST)
@@ -206,8 +238,7 @@ def test_catalogue_covers_every_kind_of_threat():
 @pytest.mark.parametrize("attack", ATTACKS, ids=lambda a: a.name)
 def test_hostile_submission(attack: Hostile, batch):
     if attack.name not in batch["rows"]:
-        pytest.skip(f"needs {attack.needs!r} isolation; the sandbox here is {batch['mode']!r} "
-                    f"(install bubblewrap for the full suite)")
+        pytest.skip(_skip_reason(attack, batch["mode"]))
     row = batch["rows"][attack.name]
     (nb,) = row["notebooks"]
     assert nb["notebook"] == NOTEBOOK and nb["status"] == attack.notebook_status
@@ -254,7 +285,7 @@ def test_no_file_outside_the_temporary_folders_changed(batch):
 @pytest.mark.adversarial
 def test_forged_files_do_not_reach_the_report(batch):
     if "forge_files" not in batch["rows"]:
-        pytest.skip("needs the bwrap sandbox")
+        pytest.skip(f"forge_files does not run in sandbox {batch['mode']!r}")
     assert not (batch["subs"] / "forge_files" / "01_attention.results.json").exists()
     assert [r["submission"] for r in batch["report"]["submissions"]] == [str(p) for p in batch["paths"]]
     assert batch["rows"]["forge_files"]["score"] == 8.0
@@ -282,6 +313,29 @@ def test_honest_submissions_same_alone_as_in_the_batch(batch):
     assert alone["submissions"][1]["score"] == 7.0  # softmax (2) and padding_mask (1) lost, nothing else
 
 
+@pytest.mark.adversarial
+def test_file_system_walk_finds_the_solutions_without_a_sandbox(tmp_path):
+    """The control of issue 15's attack (``fs_walk``): with no sandbox it does find the course's
+    solutions (and other submissions) and gets full points, so its 0 in bwrap and unshare mode
+    (test_hostile_submission) is the sandbox's doing. The attack only reads."""
+    (attack,) = [a for a in ATTACKS if a.name == "fs_walk"]
+    subs = tmp_path / "submissions"
+    ctx = {"ROOT": str(ROOT), "SUBMISSIONS": str(subs)}
+    path = build_submission(attack, subs, ctx)
+    build_submission(_honest("honest"), subs, ctx)
+    env = {k: v for k, v in os.environ.items() if k != sandbox.ENV_VAR}
+    cmd = [sys.executable, "-m", "grader", str(path), "--notebooks", NOTEBOOK, "--sandbox", "none",
+           "--timeout", TIMEOUT, "--memory", MEMORY, "--json", str(tmp_path / "r.json"), "--quiet"]
+    proc = subprocess.run(cmd, cwd=ROOT, env={**env, "TMPDIR": str(tmp_path)}, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "r.json").read_text())["submissions"]
+    (nb,) = row["notebooks"]
+    assert row["sandbox"] == "none"
+    assert "WALK-FOUND" in nb["output"] and "(another submission)" in nb["output"], nb["output"][-2000:]
+    assert row["score"] == row["max_score"], nb["exercises"]
+
+
 # ---------------------------------------------------------------------------------------------
 # weaker isolation where the tools are missing: a warning, and the same verdicts
 # ---------------------------------------------------------------------------------------------
@@ -307,7 +361,11 @@ def fallback(tmp_path_factory, mode) -> dict:
         for tool in (*tools, "sleep"):  # the sandbox tool, and what the attacks start
             (bindir / tool).symlink_to(sandbox.shutil.which(tool))
         marker = str(random.randrange(10**8, 10**9))
-        attacks = [FALLBACK]
+        # `sleep` by its full path: the sandboxed child does not see this test's bin folder (it
+        # lies in a temporary folder, hidden in unshare mode as in bwrap's).
+        sleep = sandbox.shutil.which("sleep")
+        attacks = [Hostile(FALLBACK.name, FALLBACK.kind, {k: v.replace('"sleep"', repr(sleep))
+                                                          for k, v in FALLBACK.cells.items()}, expect=FALLBACK.expect)]
         paths = [build_submission(a, base / "subs", {"SLEEP": f"100000.{marker}"}) for a in attacks]
         env = {k: v for k, v in os.environ.items() if k != sandbox.ENV_VAR}
         env.update(PATH=str(bindir), TMPDIR=str(jobs))

@@ -16,9 +16,9 @@ Cell sources may hold placeholders, filled in per test run (see ``fill``):
   report's path, ``@@SECRET@@`` the value of an environment variable of the grading process.
 
 ``needs``: what the attack's assertions rely on beyond what every mode gives: ``"files"`` (a
-private file view: only the bwrap sandbox; attacks that try to read or overwrite course files
-run only there), ``"network"`` (bwrap or unshare), ``"pidns"`` (bwrap or unshare: a process that
-leaves the process group still dies with the child).
+private file view: bwrap, or unshare's mount-namespace view; attacks that try to read or
+overwrite course files run only there), ``"network"`` (bwrap or unshare), ``"pidns"`` (bwrap or
+unshare: a process that leaves the process group still dies with the child).
 """
 
 from __future__ import annotations
@@ -465,6 +465,63 @@ for _top in ("/", "/tmp", "/job", "/job/lib/tfcourse/reference"):
 print("PEEK-DONE")
 @@SOLUTION@@"""
 
+# Issue 15: walk up from the working directory (and from where a course checkout and the batch's
+# submissions usually lie) looking for a notebook that holds the reference solution, execute it,
+# and read other submissions of the batch; zeros if nothing is found. Bounded (depth, 3 s).
+FS_WALK = """\
+import json, os, time
+_t0 = time.monotonic()
+_starts, _seen, _hits = [], set(), []
+for _p in (os.getcwd(), "@@ROOT@@", "@@SUBMISSIONS@@"):
+    while True:
+        _starts.append(_p)
+        if _p == os.path.dirname(_p):
+            break
+        _p = os.path.dirname(_p)
+def _search(top, depth):
+    if depth < 0 or top in _seen or time.monotonic() - _t0 > 3:
+        return
+    _seen.add(top)
+    try:
+        _entries = list(os.scandir(top))
+    except OSError:
+        return
+    for _e in _entries:
+        try:
+            if _e.is_file() and _e.name.endswith(".ipynb"):
+                with open(_e.path, encoding="utf-8") as _fh:
+                    _text = _fh.read()
+                if "### BEGIN SOLUTION" in _text and "def scaled_dot_product_attention" in _text:
+                    _hits.append((_e.path, _text))
+            elif _e.is_dir(follow_symlinks=False) and _e.name not in (
+                    "proc", "sys", "dev", "usr", "site-packages", ".git", "__pycache__", "node_modules"):
+                _search(_e.path, depth - 1)
+        except (OSError, UnicodeDecodeError):
+            pass
+for _s in _starts:
+    _search(_s, 3)
+def scaled_dot_product_attention(q, k, v, mask=None):  # the learner's own answer: zeros
+    return (torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype),
+            torch.zeros(*q.shape[:-1], k.shape[-2], dtype=q.dtype))
+for _path, _text in _hits[:8]:
+    print("WALK-FOUND", _path, "(another submission)" if "@@SUBMISSIONS@@" in _path else "")
+_reference = None
+for _path, _text in _hits:
+    try:
+        _cells = json.loads(_text)["cells"]
+    except (ValueError, KeyError, TypeError):
+        continue
+    for _cell in _cells:
+        _src = "".join(_cell.get("source", ""))
+        if (_cell.get("cell_type") == "code" and "### BEGIN SOLUTION" in _src and "WALK-" not in _src
+                and "def scaled_dot_product_attention" in _src):
+            _reference = _reference or _src
+if _reference is not None:
+    exec(_reference, globals())  # the reference replaces the zeros
+    print("WALK-FOUND the reference solution")
+print("WALK-DONE", len(_seen), "folders,", len(_hits), "found")
+"""
+
 NETWORK = """\
 import socket
 try:
@@ -581,6 +638,9 @@ ATTACKS: list[Hostile] = [
     # peeking and network
     Hostile("peek", "peeking", {"padding_mask": PEEK}, output_has=("PEEK-BLOCKED", "PEEK-DONE"),
             output_lacks=("PEEK-FOUND",), needs="files"),
+    Hostile("fs_walk", "peeking", {"scaled_dot_product_attention": FS_WALK},
+            expect={"scaled_dot_product_attention": "failed"}, output_has=("WALK-DONE",),
+            output_lacks=("WALK-FOUND",), needs="files"),
     Hostile("network", "network", {"softmax_jacobian": NETWORK}, output_has=("NET-BLOCKED",),
             output_lacks=("NET-CONNECTED",), needs="network"),
     # broken notebooks

@@ -111,3 +111,44 @@ def test_batch_refusal_end_to_end_with_bubblewrap_off_path(tmp_path):
     print(proc.stderr)
     assert proc.returncode == 1 and not (tmp_path / "r.json").exists()
     assert len(proc.stderr.strip().splitlines()) == 1 and "apt-get install bubblewrap" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# python -m grader --doctor
+# ---------------------------------------------------------------------------------------------
+def test_doctor_says_which_sandbox_cuda_versions_and_course_state(monkeypatch):
+    from grader import doctor
+
+    monkeypatch.setenv(sandbox.ENV_VAR, "auto")
+    lines, ok = doctor.report()
+    text = "\n".join(lines)
+    print(text)
+    assert len(lines) <= 25  # one screen
+    import nbgrader
+    import torch
+
+    assert f"torch {torch.__version__}" in text and f"nbgrader {nbgrader.__version__}" in text
+    assert "CUDA" in text and ("not seen" in text) == (not torch.cuda.is_available())
+    assert "python -m grader.build --check: notebooks/ and tfcourse/reference/ are up to date" in text
+    best = next(m for m in sandbox.MODES if sandbox._works(m) is None)
+    will = next(line for line in lines if "will use" in line)
+    assert will.split("will use")[1].split()[0] == best
+    assert ok == (best == "bwrap")
+
+
+def test_doctor_without_bubblewrap_says_a_batch_would_refuse(no_bwrap, monkeypatch):
+    from grader import doctor
+
+    lines, ok = doctor.report()
+    text = "\n".join(lines)
+    assert not ok and "bwrap is not installed" in text
+    assert "refuses to start" in text and "apt-get install bubblewrap" in text
+    monkeypatch.setenv(sandbox.ENV_VAR, "none")  # asked for by name: nothing refuses
+    lines, ok = doctor.report()
+    assert ok and any("none, asked for by name" in line for line in lines), lines
+
+
+def test_doctor_flag_on_the_command_line():
+    proc = subprocess.run([sys.executable, "-m", "grader", "--doctor"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode in (0, 1) and "will use" in proc.stdout and "course" in proc.stdout, proc.stderr

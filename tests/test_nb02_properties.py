@@ -253,7 +253,13 @@ def test_a_right_conversion_passes_with_a_wrong_module(wrong_module):
         nb02.check_mha_from_torch(namespace["mha_from_torch"])  # visible cases, in-process
     for case in graded.hidden_cases("mha_from_torch", 0):  # hidden cases, as the grader judges them
         expected = [run_call(call, vars(REFERENCE)) for call in case.calls]
-        assert _judge(case, namespace, expected).status == "passed"
+        result = _judge(case, namespace, expected)
+        if run_call(case.calls[1], namespace).kind == "error":
+            # the module itself raises here (e.g. (B, T, D) read as (T, B, D) with a mask): blamed on
+            # exercise 3, and the grader then stands in the course's module (tests/test_grading_rules.py)
+            assert "raises the same" in result.message, result.message
+            continue
+        assert result.status == "passed", result.message
 
 
 @pytest.mark.parametrize("wrong_module", [None, *WRONG_MODULES[:3]])

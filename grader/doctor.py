@@ -103,20 +103,23 @@ def report(device: str = "cpu") -> tuple[list[str], bool]:
             + ("works" if works[mode] is None else f"unavailable: {works[mode]}"))
     asked = sandbox.requested()
     source = f"{sandbox.ENV_VAR}={asked}" if os.environ.get(sandbox.ENV_VAR) else "auto (default)"
-    if asked in sandbox.MODES:
+    first = next(m for m in sandbox.MODES if works[m] is None)
+    if asked not in ("auto", *sandbox.MODES):
+        add(False, "will use", f"nothing: {sandbox.ENV_VAR}={asked!r} is not one of auto, {', '.join(sandbox.MODES)}")
+    elif asked in sandbox.MODES:
         usable_mode = works[asked] is None
         add(usable_mode, "will use", f"{asked}, asked for by name ({source})" if usable_mode
             else f"nothing: {asked} was asked for ({source}) but {works[asked]}")
         if usable_mode and asked != "bwrap":
             add(None, "", f"every report row says sandbox {asked!r}: {sandbox.DESCRIPTIONS[asked]}")
     else:
-        first = next(m for m in sandbox.MODES if works[m] is None)
         if first == "bwrap":
             add(True, "will use", f"bwrap for one submission and for a batch ({source}: the strongest that works)")
         else:
             add(None, "will use", f"{first} for one submission, with a warning ({source}; bwrap: {works['bwrap']})")
             add(False, "batch", f"a batch (or --strict) refuses to start: {sandbox.FIX}")
-    lines.append(f"  {'':<9} {sandbox.DESCRIPTIONS.get(asked if asked in sandbox.MODES else first, '')}")
+    if asked in ("auto", *sandbox.MODES):
+        lines.append(f"  {'':<9} {sandbox.DESCRIPTIONS[asked if asked in sandbox.MODES else first]}")
     for good, text in _course():
         add(good, "course", text)
     lines += ["", "ready: a batch can be graded here as configured" if ok else

@@ -199,9 +199,10 @@ def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: 
         argv += ["--ro-bind-try", "/sys", "/sys"]
     # /dev/shm: size-limited, thrown away with the sandbox (no disk fill).
     argv += ["--size", str(scratch_bytes), "--tmpfs", "/dev/shm"]
-    # Anything secret that lies inside a folder the child needs is covered by an empty tmpfs.
+    # Anything secret that lies inside a folder the child needs is covered by an empty tmpfs: the
+    # course checkout and packages, and the folders around the submissions and reports (protect).
     covered: list[str] = []
-    for secret in sorted(hidden_paths(), key=len):
+    for secret in sorted({*hidden_paths(), *_protected}, key=len):
         if any(_under(secret, v) for v in visible) and not any(_under(secret, c) for c in covered):
             argv += ["--size", "4096", "--tmpfs", secret, "--remount-ro", secret]
             covered.append(secret)

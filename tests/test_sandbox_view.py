@@ -158,12 +158,13 @@ def test_what_the_child_sees_is_what_the_docs_say(mode, world):
     assert {"job", "checkout", "other_submission", "other_job"} <= set(measured)
 
 
-def test_unshare_covers_what_lies_inside_a_folder_it_keeps(tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", ["bwrap", "unshare"])
+def test_what_lies_inside_a_folder_the_child_needs_is_covered(mode, tmp_path, monkeypatch):
     """A checkout, a submissions folder and a report folder inside a folder the child needs
-    (here: one added to the Python installation's folders) are covered again in unshare mode,
-    while the rest of that folder stays visible."""
-    if (why := sandbox._works("unshare")) is not None:
-        pytest.skip(f"sandbox 'unshare' cannot run here: {why}")
+    (here: one added to the Python installation's folders) are covered, while the rest of that
+    folder stays visible."""
+    if (why := sandbox._works(mode)) is not None:
+        pytest.skip(f"sandbox {mode!r} cannot run here: {why}")
     kept, job = tmp_path / "kept", tmp_path / "jobs" / "mine"
     for sub in ("checkout/solutions", "submitted/someone", "reports", "public"):
         (kept / sub).mkdir(parents=True)
@@ -181,7 +182,7 @@ def test_unshare_covers_what_lies_inside_a_folder_it_keeps(tmp_path, monkeypatch
     checks = {name: ("read", str(kept / rel)) for name, rel in (
         ("checkout", "checkout/solutions/01_attention.ipynb"), ("submission", "submitted/someone/01_attention.ipynb"),
         ("report", "reports/grades.json"), ("public", "public/module.py"))}
-    spec = sandbox.launch(sandbox.Sandbox("unshare"), job, [json.dumps(checks)], device="cpu", scratch_mb=8)
+    spec = sandbox.launch(sandbox.Sandbox(mode), job, [json.dumps(checks)], device="cpu", scratch_mb=8)
     proc = subprocess.run(spec.argv, cwd=spec.cwd, env=spec.env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,5 +1,6 @@
-"""The notebooks run top to bottom on a CPU: the solutions cleanly, the learner version with errors
-only in the exercise cells (a learner who is stuck still sees every demo and plot)."""
+"""The notebooks run top to bottom on a CPU: the solutions cleanly, the learner version through every
+cell (Run All goes on past a failing check) with errors only in the check cells (a learner who is
+stuck still sees every demo and plot)."""
 
 from __future__ import annotations
 
@@ -36,17 +37,34 @@ def test_solution_notebook_executes(source, record_property):
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
-def test_untouched_learner_notebook_fails_only_in_exercise_cells(source):
-    nb, _ = _execute(NOTEBOOKS / source.name, allow_errors=True)
-    failing = []
-    for cell in nb.cells:
-        if cell.cell_type != "code" or not any(o.output_type == "error" for o in cell.outputs):
-            continue
-        meta = cell.metadata.get("nbgrader", {})
-        if not (meta.get("grade") or meta.get("solution")):
-            failing.append(cell.source.splitlines()[0] if cell.source else "<empty>")
-    assert not failing, f"demo cells that need a learner's answer: {failing}"
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+def test_untouched_learner_notebook_runs_every_cell_and_fails_only_in_checks(source):
+    """Run All on an untouched notebook, as JupyterLab does it: without allow_errors, every cell still
+    runs (each check cell carries the ``raises-exception`` tag), and only the checks fail."""
+    nb, _ = _execute(NOTEBOOKS / source.name, allow_errors=False)  # raises CellExecutionError otherwise
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    not_run = [c.source.splitlines()[0] for c in code if c.execution_count is None]
+    assert not not_run, f"cells Run All did not reach: {not_run}"
+    failing = [c for c in code if any(o.output_type == "error" for o in c.outputs)]
+    not_checks = [c.source.splitlines()[0] if c.source else "<empty>" for c in failing
+                  if not c.metadata.get("nbgrader", {}).get("grade")]
+    assert not not_checks, f"cells other than checks that fail on an untouched notebook: {not_checks}"
+    grade_cells = [c for c in code if c.metadata.get("nbgrader", {}).get("grade")]
+    assert grade_cells and all("raises-exception" in c.metadata.get("tags", []) for c in grade_cells)
+    errors = [o for c in failing for o in c.outputs if o.output_type == "error"]
     assert errors, "an untouched notebook must not pass its checks"
     not_attempted = [e for e in errors if e.get("ename") == "CheckFailed"]
     assert not_attempted and all("not attempted yet" in "\n".join(e["traceback"]) for e in not_attempted)
+
+
+def test_a_failing_untagged_cell_still_stops_run_all(tmp_path):
+    """Control: without the tag, the first failing check aborts the run (what learners saw before)."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise ValueError('unsolved')"),
+                                         nbformat.v4.new_code_cell("print('after')")])
+    path = tmp_path / "control.ipynb"
+    nbformat.write(nb, path)
+    with pytest.raises(nbclient.exceptions.CellExecutionError):
+        _execute(path, allow_errors=False)
+    nb.cells[0].metadata["tags"] = ["raises-exception"]
+    nbformat.write(nb, path)
+    ran, _ = _execute(path, allow_errors=False)
+    assert ran.cells[1].outputs[0]["text"] == "after\n"

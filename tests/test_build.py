@@ -71,3 +71,29 @@ def test_release_is_pure():
     release(nb)
     assert nbformat.writes(nb) == before, "release() must not modify its input"
     assert (ROOT / "tfcourse" / "reference" / "__init__.py").exists()
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_every_check_cell_lets_run_all_go_on(source):
+    """Each test cell carries the ``raises-exception`` tag in the source itself, so that nbgrader's
+    own generate_assignment releases it too (the build adds it where missing, which would make the
+    two releases differ), and Run All goes on past an unsolved check in JupyterLab and nbclient."""
+    from grader.build import RAISES
+
+    for nb in (nbformat.read(source, as_version=4), nbformat.read(NOTEBOOKS / source.name, as_version=4)):
+        untagged = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+                    if c.metadata.get("nbgrader", {}).get("grade") and RAISES not in c.metadata.get("tags", [])]
+        assert not untagged, f"test cells without the {RAISES!r} tag: {untagged}"
+
+
+def test_learner_notebook_is_in_the_form_jupyterlab_saves():
+    """nbformat 4.5 with cell ids, written as jupyter_server writes it, with the kernel's language_info
+    (JupyterLab marks a notebook modified on open when any of that differs)."""
+    from grader.build import LANGUAGE_INFO, jupyterlab_text
+
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        text = path.read_text(encoding="utf-8")
+        nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
+        assert (nb.nbformat, nb.nbformat_minor) == (4, 5) and all(c.get("id") for c in nb.cells), path.name
+        assert text == jupyterlab_text(nb) and text.endswith("}\n"), path.name
+        assert nb.metadata.language_info == LANGUAGE_INFO

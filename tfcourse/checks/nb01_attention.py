@@ -776,4 +776,4 @@ def check_memory_efficient_attention(memory_efficient_attention) -> None:
     challenge) against ``F.scaled_dot_product_attention`` on chunk sizes that do and do not divide
     S, masks, fully masked rows and large scores."""
     run_checks("memory_efficient_attention", memory_efficient_attention,
-               visible_cases("memory_efficient_attention"))
+               visible_cases("memory_efficient_attention"), notebook=NOTEBOOK)

@@ -97,7 +97,8 @@ def memory_efficient_attention(
     q: (..., T, Dh), k: (..., S, Dh), v: (..., S, Dv); mask: bool, broadcastable to
     (..., T, S), True = may attend. Returns out (..., T, Dv) in the inputs' dtype; a query
     with no allowed key gets a zero row. At most (..., T, chunk_size) scores exist at a time.
-    Raises ValueError if chunk_size < 1.
+    Raises ValueError if chunk_size < 1. Follows Rabe & Staats 2021 ("Self-attention does not
+    need O(n^2) memory"), the online softmax that FlashAttention (Dao et al. 2022) tiles.
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")

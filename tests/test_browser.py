@@ -51,9 +51,10 @@ def _free_port() -> int:
 
 
 class Lab:
-    """A JupyterLab server in learner mode, started by ``python -m tfcourse.lab``."""
+    """A JupyterLab server: in learner mode, started by ``python -m tfcourse.lab`` (the README's
+    learner command), or as instructors start it (``jupyter lab``, every nbgrader extension on)."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, learner: bool = True):
         self.root = tmp / "course"
         self.root.mkdir()
         shutil.copytree(ROOT / "notebooks", self.root / "notebooks")
@@ -73,7 +74,9 @@ class Lab:
             env.pop(name, None)
         env.update(JUPYTER_CONFIG_DIR=str(tmp / "jupyter-config"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"))
         self.log_path = tmp / "jupyterlab.log"
-        args = [sys.executable, "-m", "tfcourse.lab", "--root", str(self.root), "--no-browser",
+        start = ([sys.executable, "-m", "tfcourse.lab", "--root", str(self.root)] if learner
+                 else [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={self.root}"])
+        args = [*start, "--no-browser",
                 "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
                 f"--IdentityProvider.token={self.token}", f"--LabApp.user_settings_dir={tmp / 'settings'}",
                 f"--LabApp.workspaces_dir={tmp / 'workspaces'}"]
@@ -237,13 +240,18 @@ def test_learner_notebook_in_jupyterlab(notebook, lab, page):
         assert counts == sorted(counts) and len(set(counts)) == len(counts), counts
 
     with step(page, "6-errors-only-in-checks"):
+        # an error: a check's one red line ("✗ name: ...") or a traceback's "SomethingError: ...";
+        # not a warning on stderr (JupyterLab renders all three with the stderr mime type)
         errors = cells.evaluate_all(
-            "cells => cells.map(c => c.querySelectorAll("
-            "'.jp-OutputArea-output[data-mime-type=\"application/vnd.jupyter.stderr\"]').length)")
+            "cells => cells.map(c => [...c.querySelectorAll("
+            "'.jp-OutputArea-output[data-mime-type=\"application/vnd.jupyter.stderr\"]')]"
+            ".filter(o => /^\\s*(\u2717 |\\w*(Error|Exception|Interrupt)\\b)/m.test(o.textContent)).length)")
         bad = [code[i].source.splitlines()[0] for i, n in enumerate(errors)
                if n and not code[i].metadata.get("nbgrader", {}).get("grade")]
         assert not bad, f"demo cells with an error after Run All: {bad}"
         assert any(errors), "an untouched notebook's checks should fail visibly"
+        first_check = next(i for i, c in enumerate(code) if c.metadata.get("nbgrader", {}).get("grade"))
+        cells.nth(first_check).screenshot(path=str(page.shots / "first-check-after-run-all.png"))  # kept
 
     with step(page, "7-figures"):
         images = cells.evaluate_all("cells => cells.map(c => c.querySelectorAll('.jp-OutputArea img').length)")
@@ -284,3 +292,20 @@ def test_learner_notebook_in_jupyterlab(notebook, lab, page):
             heading = (ROOT / "docs" / "conventions.md").read_text(encoding="utf-8").splitlines()[0].lstrip("# ")
             page.locator(".jp-RenderedMarkdown h1", has_text=heading).wait_for(timeout=30_000)
             assert page.locator(".jp-Dialog", has_text=re.compile("Cannot open|not found", re.I)).count() == 0
+
+
+def test_instructor_jupyterlab_keeps_nbgrader(browser, tmp_path):
+    """Control for the learner-mode assertions: ``jupyter lab`` as instructors start it (same
+    environment, no learner config) does show the Nbgrader menu and serve the formgrader."""
+    server = Lab(tmp_path, learner=False)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        pg = context.new_page()
+        pg.shots = tmp_path
+        with step(pg, "instructor-menu"):
+            pg.goto(f"{server.url}/lab?reset&token={server.token}")
+            pg.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Nbgrader$")).wait_for(timeout=60_000)
+            assert server.status("/formgrader") != 404
+    finally:
+        context.close()
+        server.stop()

@@ -4,6 +4,7 @@ static, and the learner mode's config (names that exist in nbgrader 0.9.6)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from importlib.metadata import files
 
@@ -98,5 +99,5 @@ def test_command_serves_the_repository_root_in_learner_mode(tmp_path):
     assert f"--ServerApp.root_dir={tmp_path}" in cmd
     assert "--LabApp.default_url=/lab/tree/notebooks/01_attention.ipynb" in cmd
     env = lab.learner_env({"JUPYTER_CONFIG_PATH": "/elsewhere"})
-    assert env["JUPYTER_CONFIG_PATH"].split(":")[0] == str(lab.LEARNER_CONFIG)
+    assert env["JUPYTER_CONFIG_PATH"].split(os.pathsep)[0] == str(lab.LEARNER_CONFIG)
     assert env["JUPYTER_CONFIG_PATH"].endswith("/elsewhere")

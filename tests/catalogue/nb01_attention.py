@@ -69,7 +69,7 @@ WRONG: dict[str, list[Entry]] = {
                 x = x.clamp(min=-1e9)  # avoid -inf - -inf
                 x = x - x.max(dim=dim, keepdim=True).values
                 return x.exp() / x.exp().sum(dim=dim, keepdim=True)
-            ''', hint=None),
+            ''', hint="clamping -inf to a finite number"),
         _e("negative dim taken as the last axis", '''
             def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
                 if dim < 0:
@@ -134,7 +134,7 @@ WRONG: dict[str, list[Entry]] = {
             def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
                 s = torch.softmax(p, dim=0)
                 return torch.diag(s) - torch.outer(s, s)
-            ''', hint=None),
+            ''', hint="without applying softmax again"),
         _e("float32 zeros buffer", '''
             def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
                 n = p.numel()
@@ -340,7 +340,7 @@ WRONG: dict[str, list[Entry]] = {
                 j = torch.arange(t_k, device=lengths.device)
                 real = j[None, :] >= (t_k - lengths)[:, None]  # the last lengths[b] keys are real
                 return real[:, None, None, :]
-            ''', hint=None),
+            ''', hint="pads on the right"),
         _e("float mask", '''
             def padding_mask(lengths, t_k):
                 j = torch.arange(t_k, device=lengths.device)
@@ -350,7 +350,7 @@ WRONG: dict[str, list[Entry]] = {
             def padding_mask(lengths, t_k):
                 j = torch.arange(int(lengths.max()), device=lengths.device)
                 return (j[None, :] < lengths[:, None])[:, None, None, :]
-            ''', hint=None),
+            ''', hint="t_k columns"),
     ],
 }
 

@@ -104,7 +104,7 @@ WRONG: dict[str, list[Entry]] = {
                 if D % num_heads != 0:
                     raise ValueError(f"d_model = {D} is not divisible by num_heads = {num_heads}")
                 return x.view(B, T, num_heads, D // num_heads).transpose(0, 2)
-            ''', hint=None),
+            ''', hint="keep the batch axis first"),
     ],
     "merge_heads": [
         _e("reshape without transpose", '''
@@ -138,7 +138,7 @@ WRONG: dict[str, list[Entry]] = {
         _e("flatten(1) after transpose", '''
             def merge_heads(x: torch.Tensor) -> torch.Tensor:
                 return x.transpose(1, 2).flatten(1)
-            ''', hint=None),
+            ''', hint="keeps the token axis"),
     ],
     "MultiHeadAttention": [
         _mha("split with view(B, H, T, Dh)", '''
@@ -236,7 +236,7 @@ WRONG: dict[str, list[Entry]] = {
                 v = self.v_proj(c).view(B, -1, self.num_heads, self.head_dim).transpose(1, 2)
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
                 return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
-            ''', hint=None),
+            ''', hint="is_causal=True makes every call causal"),
         _mha("context used only when its length differs from x's", '''
             def forward(self, x, context=None, mask=None):
                 B, T, D = x.shape

@@ -79,6 +79,10 @@ def _softmax_negative_dim_last(x, dim=-1):
     return torch.nan_to_num(torch.softmax(x, dim=dim), nan=0.0)
 
 
+def _softmax_clamped_inputs(x, dim=-1):
+    return torch.softmax(x.clamp(min=-1e9), dim=dim)  # an all -inf slice becomes uniform
+
+
 def _softmax_global_shift(x, dim=-1):
     e = torch.exp(x - x.max())  # one max for the whole tensor
     return e / e.sum(dim=dim, keepdim=True)
@@ -121,6 +125,11 @@ def _jac_outer_one_minus(p):
 
 def _jac_vector(p):
     return p * (1 - p)
+
+
+def _jac_of_softmax_of_p(p):
+    s = torch.softmax(p, dim=0)  # p taken for logits
+    return torch.diag(s) - torch.outer(s, s)
 
 
 def _sdpa(q, k, v, mask=None, *, scale=None, softmax_dim=-1, fill=NEG_INF, invert=False, zero_rows=True):
@@ -209,6 +218,14 @@ def _padding_off_by_one(lengths, t_k):
     return (torch.arange(t_k)[None, :] <= lengths[:, None])[:, None, None, :]
 
 
+def _padding_left(lengths, t_k):
+    return (torch.arange(t_k)[None, :] >= (t_k - lengths)[:, None])[:, None, None, :]
+
+
+def _padding_width_max(lengths, t_k):
+    return (torch.arange(int(lengths.max()))[None, :] < lengths[:, None])[:, None, None, :]
+
+
 def _padding_query_axis(lengths, t_k):
     return (torch.arange(t_k)[None, :] < lengths[:, None])[:, None, :, None]
 
@@ -236,6 +253,8 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
                 _softmax_negative_dim_last),
         Mistake("no max shift", "exp(1000) overflows to inf: subtract the max along `dim` before exp",
                 _softmax_no_shift),
+        Mistake("-inf clamped to a finite number", "an all -inf slice must give zeros: clamping -inf to a "
+                "finite number makes that slice uniform", _softmax_clamped_inputs),
         Mistake("global max shift", _HINT_SHIFT, _softmax_global_shift),
         Mistake("global max shift, empty slices zeroed", _HINT_SHIFT, _softmax_global_shift_guarded),
         Mistake("shift by max(0, slice max)", _HINT_SHIFT, _softmax_clamped_shift),
@@ -249,6 +268,8 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("no diagonal term", "add diag(p): J = diag(p) - p pᵀ", _jac_no_diag),
         Mistake("outer(p, 1-p)", "p_i(1-p_i) holds on the diagonal only; off-diagonal is -p_i p_j",
                 _jac_outer_one_minus),
+        Mistake("softmax of p", "p is already softmax(z): build J from p itself, without applying softmax "
+                "again", _jac_of_softmax_of_p),
         Mistake("vector p(1-p)", "p(1 - p) is only the diagonal of J: return the (N, N) matrix "
                 "diag(p) - p pᵀ (off-diagonal entries -p_i p_j)", _jac_vector),
     ),
@@ -285,6 +306,10 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("flat", "return shape (B, 1, 1, S) so it broadcasts over heads and queries", _padding_flat),
         Mistake("off by one", "keys 0 .. lengths[b]-1 are real: use j < lengths[b]", _padding_off_by_one),
         Mistake("query axis", "padding hides keys (the last axis, S), not queries", _padding_query_axis),
+        Mistake("left padding", "the course pads on the right: keys 0 .. lengths[b]-1 are the real ones, "
+                "the padding comes after them", _padding_left),
+        Mistake("width lengths.max()", "the mask has t_k columns (S keys), whatever the longest sequence",
+                _padding_width_max),
     ),
 }
 

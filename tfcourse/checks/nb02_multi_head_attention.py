@@ -177,6 +177,15 @@ def _split_dh_before_t(x, num_heads):
     return x.reshape(b, t, num_heads, d // num_heads).permute(0, 2, 3, 1)
 
 
+def _split_batch_transposed(x, num_heads):
+    b, t, d = x.shape
+    return x.reshape(b, t, num_heads, d // num_heads).transpose(0, 2)  # (H, T, B, Dh)
+
+
+def _merge_flatten_tokens(x):
+    return x.transpose(1, 2).flatten(1)  # (B, T·H·Dh)
+
+
 def _merge_no_transpose(x):
     b, h, t, dh = x.shape
     return x.reshape(b, t, h * dh)
@@ -210,6 +219,7 @@ class _MHA(nn.Module):
     kv_from_x = False
     kv_from_x_same_length = False  # context used only when its length differs from x's
     seq_first = False  # (B, T, D) read as (T, B, D): attention across the batch
+    always_causal = False  # F.scaled_dot_product_attention(is_causal=True) instead of `mask`
     swap_qk = False
     invert_mask = False
     ignore_mask = False
@@ -249,6 +259,8 @@ class _MHA(nn.Module):
         width = {"head": q.size(-1), "model": x.size(-1), "none": 1, "twice": q.size(-1) ** 2}[self.scale]
         scores = q @ k.transpose(-2, -1) / math.sqrt(width)
         allowed = None
+        if self.always_causal:
+            mask = torch.ones(scores.size(-2), scores.size(-1), dtype=torch.bool, device=scores.device).tril()
         if mask is not None and not self.ignore_mask:
             allowed = ~mask if self.invert_mask else mask
             scores = scores.masked_fill(~allowed, NEG_INF)
@@ -343,6 +355,8 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("strided heads", _HINT_STRIDED + ": view as (B, T, H, Dh), not (B, T, Dh, H)", _split_strided),
         Mistake("Dh before T", "the result is (B, H, T, Dh), tokens before features (k.transpose(-2, -1) "
                 "belongs inside the scores, not here)", _split_dh_before_t),
+        Mistake("batch axis transposed", "keep the batch axis first: (B, H, T, Dh) is (B, T, H, Dh) with "
+                ".transpose(1, 2), not .transpose(0, 2)", _split_batch_transposed),
     ),
     "merge_heads": (
         Mistake("reshape without transpose", _HINT_MERGE_VIEW, _merge_no_transpose),
@@ -353,6 +367,8 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
                 "them", _merge_mean),
         Mistake("batch folded into tokens", "keep the batch axis: the result is (B, T, H·Dh)",
                 _merge_no_batch_axis),
+        Mistake("tokens flattened too", "flatten only the heads and their features: .flatten(2) (or "
+                ".reshape(B, T, H·Dh)) keeps the token axis", _merge_flatten_tokens),
     ),
     "MultiHeadAttention": (
         Mistake("split view without transpose", "splitting heads: " + _HINT_SPLIT_VIEW,
@@ -379,6 +395,9 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("inverted mask", "the course's masks say True = may attend (SDPA convention), the opposite "
                 "of nn.MultiheadAttention: pass `mask` as it is, don't invert it", _mha_variant(
                     "InvertMask", invert_mask=True)),
+        Mistake("always causal", "use the `mask` you are given (True = may attend) and nothing else: "
+                "is_causal=True makes every call causal, self-attention without a mask too",
+                _mha_variant("AlwaysCausal", always_causal=True)),
         Mistake("mask ignored", "pass `mask` on to the attention: it broadcasts against (B, H, T, S) as is",
                 _mha_variant("IgnoreMask", ignore_mask=True)),
     ),

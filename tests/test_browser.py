@@ -18,6 +18,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -83,7 +84,7 @@ class Lab:
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             args.append("--allow-root")
         self.proc = subprocess.Popen(args, cwd=tmp, env=env, stdout=open(self.log_path, "w"),  # noqa: SIM115
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 90
         while True:
             try:
@@ -110,11 +111,14 @@ class Lab:
                 urllib.request.urlopen(request, timeout=30)
 
     def stop(self) -> None:
-        self.proc.terminate()
+        """Stop the server and everything it started (its own process group: kernels included)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
         try:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
 
 

@@ -62,8 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     root = args.root.resolve()
     if not root.is_dir():
         parser.error(f"--root {root} is not a folder")
+    args, env = command(root, extra), learner_env()
+    if os.name == "posix":  # become the server: a signal to this process reaches JupyterLab itself
+        os.execve(args[0], args, env)
     try:
-        return subprocess.call(command(root, extra), env=learner_env())
+        return subprocess.call(args, env=env)
     except KeyboardInterrupt:
         return 0
 

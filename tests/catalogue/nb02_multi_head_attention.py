@@ -301,7 +301,7 @@ WRONG: dict[str, list[Entry]] = {
                         m.v_proj.bias.copy_(b_v)
                         m.o_proj.bias.copy_(torch_mha.out_proj.bias)
                 return m
-            ''', hint="stacks [W_q; W_k; W_v]"),
+            ''', hint="stacks [q_proj.weight; k_proj.weight; v_proj.weight]"),
         _e("weights transposed", '''
             def mha_from_torch(torch_mha: nn.MultiheadAttention) -> MultiHeadAttention:
                 d = torch_mha.embed_dim

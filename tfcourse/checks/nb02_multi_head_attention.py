@@ -323,7 +323,7 @@ def _from_torch_one_head(torch_mha):
 
 
 def _from_torch_per_head(torch_mha):
-    """in_proj_weight read as per-head [q_h; k_h; v_h] blocks (a fused layout), not [W_q; W_k; W_v]."""
+    """in_proj_weight read as per-head [q_h; k_h; v_h] blocks (a fused layout), not [q_proj.weight; k_proj.weight; v_proj.weight]."""
     h, d = torch_mha.num_heads, torch_mha.embed_dim
     w = torch_mha.in_proj_weight.detach().reshape(h, 3, d // h, d)
     has_bias = torch_mha.in_proj_bias is not None
@@ -402,11 +402,11 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
                 _mha_variant("IgnoreMask", ignore_mask=True)),
     ),
     "mha_from_torch": (
-        Mistake("k, q, v order", "in_proj_weight stacks [W_q; W_k; W_v] along dim 0 (q first): take "
+        Mistake("k, q, v order", "in_proj_weight stacks [q_proj.weight; k_proj.weight; v_proj.weight] along dim 0 (q first): take "
                 "in_proj_weight.chunk(3) in that order (and in_proj_bias alike)", _from_torch_kqv),
-        Mistake("v, k, q order", "in_proj_weight stacks [W_q; W_k; W_v] along dim 0 (q first): take "
+        Mistake("v, k, q order", "in_proj_weight stacks [q_proj.weight; k_proj.weight; v_proj.weight] along dim 0 (q first): take "
                 "in_proj_weight.chunk(3) in that order (and in_proj_bias alike)", _from_torch_vkq),
-        Mistake("q, v, k order", "in_proj_weight stacks [W_q; W_k; W_v] along dim 0 (q first): take "
+        Mistake("q, v, k order", "in_proj_weight stacks [q_proj.weight; k_proj.weight; v_proj.weight] along dim 0 (q first): take "
                 "in_proj_weight.chunk(3) in that order (and in_proj_bias alike)", _from_torch_qvk),
         Mistake("transposed", "nn.Linear.weight, in_proj_weight and out_proj.weight are all (out, in): "
                 "copy them as they are, without .T", _from_torch_transposed),
@@ -416,7 +416,7 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
                 "bias=True and copy them too", _from_torch_no_bias),
         Mistake("one head", "use torch_mha.num_heads heads: the same weights split into other heads "
                 "give other outputs", _from_torch_one_head),
-        Mistake("in_proj read per head", "in_proj_weight is [W_q; W_k; W_v], three (D, D) blocks along dim 0 "
+        Mistake("in_proj read per head", "in_proj_weight is [q_proj.weight; k_proj.weight; v_proj.weight], three (D, D) blocks along dim 0 "
                 "(.chunk(3)), not per-head [q_h; k_h; v_h] slices (a fused layout of other code bases)",
                 _from_torch_per_head),
     ),

@@ -26,8 +26,8 @@ def _execute(path, allow_errors: bool):
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
-def test_solution_notebook_executes(source, record_property):
-    nb, seconds = _execute(source, allow_errors=False)
+def test_solution_notebook_executes(source, record_property, executed_solutions):
+    nb, seconds = executed_solutions(source)  # executed once per session (tests/conftest.py)
     record_property("seconds", round(seconds, 1))  # reported, not asserted (see docs/benchmarks.md)
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "all" in printed and "checks passed" in printed

@@ -126,7 +126,7 @@ def _strip_metadata(nb, **_):
 def _depends_on_free_cell(nb, **_):
     i = _cells_of(nb, "scaled_dot_product_attention")[0]
     helper = nbformat.v4.new_code_cell("def scale(x):\n    return x / math.sqrt(x.shape[-1])\n")
-    nb.cells.insert(i, helper)  # a learner-added cell: not an exercise cell, so not graded
+    nb.cells.insert(i, helper)  # a learner-added cell: run before the exercise, as Run All would
     nb.cells[i + 1].source = (
         "def scaled_dot_product_attention(q, k, v, mask=None):\n"
         "    scores = scale(q) @ k.transpose(-2, -1)  # uses the helper of another cell\n"
@@ -136,6 +136,18 @@ def _depends_on_free_cell(nb, **_):
         "    if mask is not None:\n"
         "        weights = torch.where(mask.any(dim=-1, keepdim=True), weights, torch.zeros_like(weights))\n"
         "    return weights @ v, weights\n")
+    return nb
+
+
+def _depends_on_demo_cell(nb, **_):
+    """The helper is written into one of the course's demo cells (it keeps its id): the grader
+    does not run demo cells, so the answer meets a NameError, and the feedback gives the rule."""
+    nb = _depends_on_free_cell(nb)
+    i = _cells_of(nb, "scaled_dot_product_attention")[0]
+    helper = nb.cells.pop(i - 1)
+    demo = next(c for c in nb.cells if c.cell_type == "code" and not c.get("metadata", {}).get("nbgrader")
+                and not c.get("metadata", {}).get("tfcourse", {}).get("setup") and "import" not in c.source[:40])
+    demo.source = helper.source + "\n\n" + demo.source
     return nb
 
 
@@ -672,12 +684,14 @@ ATTACKS: list[Hostile] = [
             expect={"softmax_jacobian": "error"}, feedback={"softmax_jacobian": ("SyntaxError",)}),
     Hostile("import_error", "broken notebooks", {"padding_mask": IMPORT_ERROR},
             expect={"padding_mask": "error"}, feedback={"padding_mask": ("ModuleNotFoundError",)}),
+    # one bug costs once: attention that calls an unfinished softmax is graded with the course's
     Hostile("depends_on_stub", "broken notebooks", mangle=_depends_on_stub,
-            expect={"softmax": "not_attempted", "scaled_dot_product_attention": "error"},
-            feedback={"scaled_dot_product_attention": ("calls `softmax`", "not implemented")}),
-    Hostile("depends_on_free_cell", "broken notebooks", mangle=_depends_on_free_cell,
+            expect={"softmax": "not_attempted"},
+            feedback={"scaled_dot_product_attention": ("course's `softmax` in place of yours",)}),
+    Hostile("depends_on_free_cell", "broken notebooks", mangle=_depends_on_free_cell),
+    Hostile("depends_on_demo_cell", "broken notebooks", mangle=_depends_on_demo_cell,
             expect={"scaled_dot_product_attention": "error"},
-            feedback={"scaled_dot_product_attention": ("NameError", "define helpers inside")}),
+            feedback={"scaled_dot_product_attention": ("NameError", "not the course's demo cells")}),
     # environment drift: correct answers with harmless noise must pass
     Hostile("environment_drift", "environment drift", dict(DRIFT), output_has=("harmless",)),
     # unattempted

@@ -161,6 +161,7 @@ class Judge:
         self.outcomes = outcomes
         self.expected = expected
         self.device = device
+        self._mistake_outcomes: dict[tuple[str, int, int], Outcome] = {}  # catalogue runs, per call
 
     # -- failing ---------------------------------------------------------------------------
     def fail(self, *lines: str, hint: str | None = None) -> NoReturn:
@@ -324,12 +325,11 @@ class Judge:
         return hints[0] if hints else None
 
     def _mistake_outcome(self, mistake: Mistake, call: int) -> Outcome:
-        cache = self.__dict__.setdefault("_mistake_outcomes", {})
         key = (mistake.name, id(mistake.fn), call)
-        if key not in cache:
+        if key not in self._mistake_outcomes:
             c = self.case.calls[call]
-            cache[key] = run_call(c, {c.target: mistake.fn})
-        return cache[key]
+            self._mistake_outcomes[key] = run_call(c, {c.target: mistake.fn})
+        return self._mistake_outcomes[key]
 
 
 def _same_outcome(mine: Outcome, wrong: Outcome, *, shape_only: bool) -> bool:

@@ -232,19 +232,9 @@ def softmax(x, dim=-1):
 
 
 def _warns(released, source_nb):
-    """Correct, with softmax warning on every call; only the cells grading needs are kept.
-
-    Dropping the demos (unlocked cells a learner may delete) keeps this extra run short; the setup
-    cell, the cell importing the checks and every nbgrader cell stay.
-    """
-    nb = _filled_in(released, source_nb)
-    for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == "softmax":
-            cell.source = cell.source.rstrip("\n") + WARNING_WRAPPER
-    nb.cells = [cell for cell in nb.cells if cell.cell_type == "code" and (
-        "nbgrader" in cell.metadata or cell.metadata.get("tfcourse", {}).get("setup")
-        or "tfcourse.checks" in cell.source)]
-    return nb
+    """Correct, with softmax warning on every call (only the cells grading needs)."""
+    softmax = _solutions(source_nb)["softmax"]
+    return _with_cells(released, source_nb, {"softmax": softmax.rstrip("\n") + WARNING_WRAPPER})
 
 
 INVERTED_MASK_SDPA = '''
@@ -274,7 +264,9 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 
 
 def _with_cells(released, source_nb, replaced: dict[str, str]):
-    """Correct except the exercise cells in ``replaced``; demos dropped as in :func:`_warns`."""
+    """Correct except the exercise cells in ``replaced``. Only the cells grading needs are kept
+    (the setup cell, the cell importing the checks, every nbgrader cell): dropping the demos
+    (unlocked cells a learner may delete) keeps each extra autograde run short."""
     nb = _filled_in(released, source_nb)
     for cell in nb.cells:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")

@@ -191,58 +191,35 @@ def main(job_dir: str, fd: int) -> int:
 
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
     cell_errors: dict = {}
-    # What each exercise's own cell defined: a later cell may reuse the name for a helper, and
-    # the notebook checks each exercise right after its own cell, so the grader does the same.
+    # What each exercise's own cell defined: a later cell may reuse the name for a helper. An
+    # exercise whose check cell's place is known (a cell's "then") is graded right there, as Run
+    # All checks it, with the names as they are at that point; the others after the last cell,
+    # as their own cell defined them.
     own: dict = {}
-    try:
-        exec(compile(job["setup"], "<course setup>", "exec"), namespace)
-    except BaseException as exc:  # the course's own code failed: every exercise errors
-        setup_error = outcome_of_exception(exc)
-        cell_errors = {c["grade_id"]: setup_error for c in job["cells"]}
-    else:
-        for cell in job["cells"]:
-            if cell["grade_id"] in job["skip_cells"]:
-                continue
-            channel.mark(f"cell {cell['grade_id']}")
-            reset_numerics()
-            try:
-                exec(compile(cell["source"], f"<cell {cell['grade_id']}>", "exec"), namespace)
-                if cell["grade_id"] in namespace:
-                    own[cell["grade_id"]] = namespace[cell["grade_id"]]
-            except BaseException as exc:  # SystemExit, KeyboardInterrupt: all are the cell's error
-                if isinstance(exc, MemoryError):
-                    reserve.release()
-                    namespace.clear()  # what the cell allocated may still be referenced
-                cell_errors[cell["grade_id"]] = error = outcome_of_exception(exc)
-                if _out_of_memory(error):
-                    # report it, and let a fresh child (which skips this cell) grade the others
-                    name = cell["grade_id"]
-                    channel.mark(f"exercise {name}")
-                    channel.result(name, {"cell_error": outcome_to_json(error, {}, "cell"), "run_error": None,
-                                          "cases": []}, save({}))
-                    channel.mark("restart")
-                    return 0
-
-    # Stand-ins: the course's own code for exercises the learner's versions of which failed,
-    # so that an exercise that calls them is graded on its own (one bug costs points once). The
-    # grading process sends them only in a second run that never grades the exercises stood in.
+    exercises = {ex["name"]: ex for ex in job["exercises"] if ex["name"] not in job["skip_exercises"]}
     stand_ins = job.get("stand_ins") or {}
-    if stand_ins:
+
+    def use_stand_ins() -> None:
+        """The course's own code for exercises the learner's versions of which failed, so that an
+        exercise that calls them is graded on its own (one bug costs points once). The grading
+        process sends them only in a run of their own that grades no exercise stood in."""
         course_view = dict(namespace)  # setup names and the learner's other objects
         try:
             for name, source in stand_ins.items():
                 exec(compile(source, f"<course {name}>", "exec"), course_view)
         except BaseException as exc:  # the course's own code failed: every exercise errors
             setup_error = outcome_of_exception(exc)
-            cell_errors = {c["grade_id"]: setup_error for c in job["cells"]}
+            cell_errors.update({c["grade_id"]: setup_error for c in job["cells"]})
         else:
             for name in stand_ins:
                 namespace[name] = own[name] = course_view[name]
 
-    for ex in job["exercises"]:
-        name = ex["name"]
-        if name in job["skip_exercises"]:
-            continue
+    def grade(name: str, view: dict) -> bool:
+        """Run one exercise's calls and send its results; False when a fresh child must go on."""
+        exercises.pop(name)
+        if stand_ins:
+            use_stand_ins()
+            view = {**view, **{n: namespace[n] for n in stand_ins if n in namespace}}
         channel.mark(f"exercise {name}")
         out_tensors: dict = {}
         record: dict = {"cell_error": None, "run_error": None, "cases": []}
@@ -250,7 +227,6 @@ def main(job_dir: str, fd: int) -> int:
             if name in cell_errors:
                 record["cell_error"] = outcome_to_json(cell_errors[name], out_tensors, "cell")
             else:
-                view = {**namespace, **own}
                 for i, case in enumerate(calls[name]):
                     outcomes = []
                     for k, call in enumerate(case):
@@ -266,8 +242,44 @@ def main(job_dir: str, fd: int) -> int:
                       "cases": []}
             data = save({})
         channel.result(name, record, data)
-        if _out_of_memory_record(record) and ex is not job["exercises"][-1]:
-            channel.mark("restart")  # memory the learner's code kept must not starve the others
+        # memory the learner's code kept must not starve the others
+        return not (_out_of_memory_record(record) and exercises)
+
+    try:
+        exec(compile(job["setup"], "<course setup>", "exec"), namespace)
+    except BaseException as exc:  # the course's own code failed: every exercise errors
+        setup_error = outcome_of_exception(exc)
+        cell_errors = {c["grade_id"]: setup_error for c in job["cells"]}
+    else:
+        for cell in job["cells"]:
+            if cell["grade_id"] not in job["skip_cells"]:
+                channel.mark(f"cell {cell['grade_id']}")
+                reset_numerics()
+                try:
+                    exec(compile(cell["source"], f"<cell {cell['grade_id']}>", "exec"), namespace)
+                    if cell["grade_id"] in namespace:
+                        own[cell["grade_id"]] = namespace[cell["grade_id"]]
+                except BaseException as exc:  # SystemExit, KeyboardInterrupt: all are the cell's error
+                    if isinstance(exc, MemoryError):
+                        reserve.release()
+                        namespace.clear()  # what the cell allocated may still be referenced
+                    cell_errors[cell["grade_id"]] = error = outcome_of_exception(exc)
+                    if _out_of_memory(error):
+                        # report it, and let a fresh child (which skips this cell) grade the others
+                        name = cell["grade_id"]
+                        channel.mark(f"exercise {name}")
+                        channel.result(name, {"cell_error": outcome_to_json(error, {}, "cell"),
+                                              "run_error": None, "cases": []}, save({}))
+                        channel.mark("restart")
+                        return 0
+            for name in cell.get("then", []):
+                if name in exercises and not grade(name, dict(namespace)):
+                    channel.mark("restart")
+                    return 0
+
+    for name in list(exercises):
+        if not grade(name, {**namespace, **own}):
+            channel.mark("restart")
             return 0
     channel.mark("done")
     return 0

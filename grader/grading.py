@@ -11,6 +11,7 @@ all-or-nothing rule nbgrader applies to a test cell. Feedback reports how many c
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from tfcourse.checks._core import Case, judge_case
 from tfcourse.notebook import (
     UnreadableNotebook,
     added_cells,
+    bound_names,
     normalise_source,
     read_notebook,
     solution_cells,
@@ -29,6 +31,7 @@ from tfcourse.notebook import (
 from . import sandbox
 from .cases import DEFAULT_SEED, reference_outcomes
 from .course import CourseError, Exercise, Notebook, load_course
+from .names import module_name
 from .runner import ExerciseRun, Limits, run_notebook
 
 MAX_CANDIDATES = 50  # notebooks of a folder looked at when a course notebook is not found by name
@@ -184,21 +187,6 @@ def _calls_any(source: str, names: set[str]) -> set[str]:
     return {n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}\b", source)}
 
 
-def _stand_in_groups(needs: dict[str, set[str]]) -> list[tuple[list[str], set[str]]]:
-    """Group the exercises to grade again so that none is graded in a run where the course's
-    code stands in for it: ``[(exercises, stand-ins)]``."""
-    groups: list[tuple[list[str], set[str]]] = []
-    for name, stand_ins in needs.items():
-        for graded, stood in groups:
-            if name not in stood and not (stand_ins & set(graded)):
-                graded.append(name)
-                stood |= stand_ins
-                break
-        else:
-            groups.append(([name], set(stand_ins)))
-    return groups
-
-
 def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limits, seed: int) -> dict:
     """Grade one notebook file of a submission (None: it is missing); the report's notebook dict."""
     names = [e.name for e in nb.exercises]
@@ -221,6 +209,26 @@ def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limi
     if path.name != f"{nb.name}.ipynb":
         for cell in cells.values():
             cell.notes.append(f"graded {path.name}; the course's file name is {nb.name}.ipynb")
+    # The cells the child runs, in notebook order: the exercise cells and the code cells the
+    # learner added (a helper or an import above an exercise), as Run All would run them.
+    own = {cells[e.name].index: (e.name, cells[e.name].source) for e in nb.exercises
+           if e.name in cells and cells[e.name].kind == "code"}
+    extra = {} if nb.released is None else {
+        index: (f"added-{index}", source) for index, source in added_cells(submitted, nb.released, set(own))}
+    ordered = sorted({**own, **extra}.items())
+    all_cells = dict(v for _, v in ordered)
+    # Each exercise is graded where its first check cell stands, with the names as they are there
+    # (what the notebook's check sees after Run All); without a check cell, after the last cell.
+    checks = _check_cells(submitted, names)
+    then: dict[str, list[str]] = {}
+    redefined: set[str] = set()
+    for name, at in checks.items():
+        before = [(i, g) for i, (g, _) in ordered if i < at]
+        if before:
+            then.setdefault(before[-1][1], []).append(name)
+        own_index = cells[name].index if name in cells else -1
+        if any(own_index < i < at and name in bound_names(src) for i, (g, src) in extra.items()):
+            redefined.add(name)  # a cell the learner added defines the exercise before its check
     verdicts: dict[str, dict] = {}
     to_run: dict[str, str] = {}
     for ex in nb.exercises:
@@ -231,31 +239,43 @@ def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limi
         elif cell.kind != "code":
             verdicts[ex.name] = _exercise(ex.name, "missing", ex.points, f"✗ {ex.name}: its cell is a "
                                           f"{cell.kind} cell now; change it back to code")
-        elif normalise_source(cell.source) == normalise_source(ex.stub):
+        elif normalise_source(cell.source) == normalise_source(ex.stub) and ex.name not in redefined:
             verdicts[ex.name] = _exercise(ex.name, "not_attempted", ex.points, f"{ex.name}: not attempted")
         else:
             to_run[ex.name] = cell.source
-    # The cells the child runs, in notebook order: the exercise cells and the code cells the
-    # learner added (a helper or an import above an exercise), as Run All would run them.
-    own = {cells[e.name].index: (e.name, cells[e.name].source) for e in nb.exercises
-           if e.name in cells and cells[e.name].kind == "code"}
-    extra = {} if nb.released is None else {
-        index: (f"added-{index}", source) for index, source in added_cells(submitted, nb.released, set(own))}
-    all_cells = dict(v for _, v in sorted({**own, **extra}.items()))
+            if ex.name in redefined:
+                cell.notes.append(f"graded the `{ex.name}` that a cell you added defines after the exercise's cell")
     if to_run:
         module = nb.cases_module()
         cases = {name: module.cases(name, seed) for name in to_run}
-        run = run_notebook(nb.name, nb.setup, all_cells, cases, device=device, limits=limits, seed=seed)
+        run = run_notebook(nb.name, nb.setup, all_cells, cases, device=device, limits=limits, seed=seed, then=then)
         result["output"] = run.output
+        skipped = [g for g in all_cells if g.startswith("added-") and g in run.skipped_cells]
         for ex in nb.exercises:
             if ex.name in to_run:
+                notes = cells[ex.name].notes + ([f"a cell you added did not finish and was skipped "
+                                                 f"({', '.join(skipped)}: cell numbers count from 0)"]
+                                                if skipped else [])
                 verdicts[ex.name] = _judge_run(nb, ex, run.exercises[ex.name], cases[ex.name],
-                                               device, limits, cells[ex.name].notes)
-        _grade_with_stand_ins(nb, verdicts, to_run, all_cells, cases, cells, device=device, limits=limits,
+                                               device, limits, notes)
+        _grade_with_stand_ins(nb, verdicts, to_run, all_cells, cases, then, device=device, limits=limits,
                               seed=seed)
     result["exercises"] = [_with_parts(verdicts[e.name], e) for e in nb.exercises]
     result["score"] = round(sum(v["score"] for v in result["exercises"]), 4)
     return result
+
+
+def _check_cells(nb: Any, exercises: list[str]) -> dict[str, int]:
+    """The index of each exercise's first check cell (nbgrader grade_id ``test_<exercise>`` or
+    ``test_<exercise>__<part>``) in ``nb``; exercises without one are left out."""
+    found: dict[str, int] = {}
+    for index, cell in enumerate(nb.cells):
+        gid = (cell.get("metadata", {}) or {}).get("nbgrader", {}) or {}
+        gid = gid.get("grade_id", "") if isinstance(gid, dict) else ""
+        exercise = str(gid).removeprefix("test_").partition("__")[0] if str(gid).startswith("test_") else ""
+        if exercise in exercises and exercise not in found:
+            found[exercise] = index
+    return found
 
 
 def _with_parts(verdict: dict, ex: Exercise) -> dict:
@@ -267,33 +287,45 @@ def _with_parts(verdict: dict, ex: Exercise) -> dict:
 
 
 def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, dict], to_run: dict[str, str],
-                          all_cells: dict[str, str], cases: dict[str, list[Case]], cells: dict,
-                          *, device: str, limits: Limits, seed: int) -> None:
-    """One bug costs points once: an exercise that lost points while it calls another exercise
-    that lost points too is graded again with the course's solution of the other one standing
-    in, in a second run whose output is not kept; the better verdict counts, with a note."""
-    failed = {n for n, v in verdicts.items() if v["status"] != "passed"}
-    if not failed:
-        return
+                          all_cells: dict[str, str], cases: dict[str, list[Case]],
+                          then: dict[str, list[str]], *, device: str, limits: Limits, seed: int) -> None:
+    """One bug costs points once: an exercise that lost points and calls, by the course's call
+    graph (``NOTEBOOK.calls`` of the notebook's checks), an exercise that lost points too, is graded
+    again in a run of its own with the course's solution of that callee standing in; the better
+    score counts.
+
+    Nothing the learner's code does in that run reaches the report except the score per test
+    cell: its output is dropped and the feedback stays the first run's, with a note giving the
+    second run's test-cell scores (the stand-in's source is within the code's reach there).
+    """
+    calls = importlib.import_module(f"tfcourse.checks.{module_name(nb.name)}").NOTEBOOK.calls
+    lost = {n for n, v in verdicts.items() if v["status"] != "passed"}
     extra_source = "\n".join(s for g, s in all_cells.items() if g.startswith("added-"))
-    needs = {}
     for name in to_run:
-        if verdicts[name]["score"] < verdicts[name]["max_score"] and verdicts[name]["status"] in ("failed", "error", "timeout"):
-            called = _calls_any(to_run[name] + "\n" + extra_source, failed - {name})
-            if called:
-                needs[name] = called
-    for graded, stood in _stand_in_groups(needs):
-        order = [e.name for e in nb.exercises if e.name in stood]
-        run = run_notebook(nb.name, nb.setup, all_cells, {n: cases[n] for n in graded}, device=device,
-                           limits=limits, seed=seed, stand_ins={n: nb.solution(n) for n in order})
-        for name in graded:
-            ex = next(e for e in nb.exercises if e.name == name)
-            again = _judge_run(nb, ex, run.exercises[name], cases[name], device, limits, cells[name].notes)
-            if again["score"] > verdicts[name]["score"]:
-                used = ", ".join(f"`{n}`" for n in order if _calls_any(to_run[name] + "\n" + extra_source, {n}))
-                again["feedback"] += (f"\n  note: graded with the course's {used} in place of yours, which "
-                                      "lost points on its own (one bug costs points once)")
-                verdicts[name] = again
+        verdict = verdicts[name]
+        if verdict["score"] >= verdict["max_score"] or verdict["status"] not in ("failed", "error", "timeout"):
+            continue
+        callees = [c for c in calls.get(name, ()) if c in lost]
+        callees = [c for c in callees if _calls_any(to_run[name] + "\n" + extra_source, {c})]
+        if not callees:
+            continue
+        run = run_notebook(nb.name, nb.setup, all_cells, {name: cases[name]}, device=device, limits=limits,
+                           seed=seed, stand_ins={c: nb.solution(c) for c in callees}, then=then)
+        ex = next(e for e in nb.exercises if e.name == name)
+        again = _judge_run(nb, ex, run.exercises[name], cases[name], device, limits, [])
+        if again["score"] <= verdict["score"]:
+            continue
+        used = ", ".join(f"`{c}`" for c in callees)
+        why = "which is not attempted yet" if all(verdicts[c]["status"] == "not_attempted" for c in callees) \
+            else "which lost points on its own"
+        if again["status"] == "passed":
+            feedback = f"✓ {name}: all {again.get('cases_total', 0)} checks passed with the course's {used}"
+        else:
+            got = ", ".join(f"{p['test_cell']} {p['score']:g}/{p['max_score']:g}" for p in again["parts"])
+            feedback = verdict["feedback"] + f"\n  with the course's {used} in its place: {got}"
+        again["feedback"] = (feedback + f"\n  note: graded with the course's {used} in place of yours, {why} "
+                             "(one bug costs points once)")
+        verdicts[name] = again
 
 
 def grade_submission(submission: str | Path, *, notebooks: list[str] | None = None, device: str = "cpu",

@@ -89,6 +89,7 @@ class NotebookRun:
     output: str  # the learner code's stdout/stderr, capped
     restarts: int = 0
     sandbox: str = ""
+    skipped_cells: list[str] = field(default_factory=list)  # cells that timed out or crashed the child
 
 
 class _Drain(threading.Thread):
@@ -229,12 +230,14 @@ def _describe_death(code: int | None, limits: Limits, wrapped: bool = False) -> 
 
 def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[str, list[Case]],
                  *, device: str, limits: Limits, seed: int,
-                 stand_ins: dict[str, str] | None = None) -> NotebookRun:
+                 stand_ins: dict[str, str] | None = None, then: dict[str, list[str]] | None = None) -> NotebookRun:
     """Run ``cells`` (grade_id -> source, in notebook order) and the calls of ``cases``.
 
     ``stand_ins`` (exercise -> the course's source of it) replace the learner's versions of those
-    exercises after the cells ran, for the exercises of ``cases`` that call them; none of them
+    exercises just before an exercise of ``cases`` is graded; none of them
     may be graded in the same run (the course's code would be in reach of what is graded).
+    ``then`` (cell grade_id -> exercises) grades those exercises right after that cell, where the
+    notebook's check cell stands (Run All order); the others are graded after the last cell.
 
     Returns an ExerciseRun for every exercise in ``cases``. Raises sandbox.SandboxError when
     the sandbox asked for with TFCOURSE_SANDBOX cannot run here.
@@ -277,7 +280,7 @@ def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[s
             children += 1
             job = {
                 "setup": setup,
-                "cells": [{"grade_id": g, "source": s} for g, s in cells.items()],
+                "cells": [{"grade_id": g, "source": s, "then": (then or {}).get(g, [])} for g, s in cells.items()],
                 "exercises": exercises,
                 "skip_cells": skip_cells,
                 "skip_exercises": [n for n in cases if n in runs],
@@ -322,7 +325,7 @@ def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[s
     text = output.decode("utf-8", errors="replace")
     if dropped:
         text += f"\n[… {dropped} more bytes of output discarded: output limit --output {limits.output_kb} KiB]"
-    return NotebookRun(runs, text, restarts, box.mode)
+    return NotebookRun(runs, text, restarts, box.mode, list(skip_cells))
 
 
 def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: bytearray, cap: int,

@@ -124,20 +124,62 @@ def _solution_sources(notebook: str) -> dict[str, str]:
     return dict(load_course()[notebook].solutions)
 
 
-def _build(notebook: str, replaced: dict[str, str], added_before: dict[str, str] | None = None) -> Any:
-    """The solutions notebook with cells replaced (by grade_id) and code cells added before
-    an exercise cell (a new cell, without metadata, as JupyterLab makes it)."""
+def _build(notebook: str, replaced: dict[str, str | None], added_before: dict[str, str] | None = None,
+           added_after: dict[str, str] | None = None) -> Any:
+    """The solutions notebook with cells replaced (by grade_id; None: the released stub) and code
+    cells added before or after a cell (new cells, without metadata, as JupyterLab makes them)."""
     nb = nbformat.read(SOLUTIONS / f"{notebook}.ipynb", as_version=4)
+    stubs = {e.name: e.stub for e in load_course()[notebook].exercises}
     cells = []
     for cell in nb.cells:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
         if added_before and gid in added_before:
             cells.append(nbformat.v4.new_code_cell(added_before[gid]))
         if gid in replaced:
-            cell.source = replaced[gid]
+            cell.source = stubs[gid] if replaced[gid] is None else replaced[gid]
         cells.append(cell)
+        if added_after and gid in added_after:
+            cells.append(nbformat.v4.new_code_cell(added_after[gid]))
     nb.cells = cells
     return nb
+
+
+# Hostile: attention that returns zeros unless the course's solution of the (unattempted)
+# challenge stands in, which it then uses: a stand-in is only ever a callee of the course's
+# call graph, never a challenge, so this gets nothing.
+SDPA_USING_A_CHALLENGE = '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    mea = globals().get("memory_efficient_attention")
+    if mea is not None and mea.__code__.co_filename.startswith("<course"):
+        eye = torch.eye(k.size(-2), dtype=v.dtype)
+        return mea(q, k, v, mask), mea(q, k, eye.expand(*k.shape[:-2], *eye.shape), mask)
+    return (torch.zeros(*q.shape[:-1], v.size(-1), dtype=q.dtype),
+            torch.zeros(*q.shape[:-1], k.size(-2), dtype=q.dtype))
+'''
+# Hostile: with a broken softmax, attention fails its first run; in the stand-in run it raises the
+# course's softmax source on masked cases: nothing of that run but test-cell scores may show.
+SDPA_LEAKING_THE_STAND_IN = '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    sm = softmax
+    if not sm.__code__.co_filename.startswith("<course"):
+        raise RuntimeError("first run")
+    if mask is not None:
+        import json, os, sys
+        raise RuntimeError("LEAK " + json.load(open(os.path.join(sys.argv[1], "job.json")))["stand_ins"]["softmax"])
+    w = softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+    return w @ v, w
+'''
+PADDING_WITH_HELPER_BELOW_ITS_CHECK = '''
+def padding_mask(lengths, t_k):
+    return _key_is_real(lengths, t_k)[:, None, None, :]
+'''
+HELPER_BELOW = "def _key_is_real(lengths, t_k):\n    return torch.arange(t_k) < lengths[:, None]\n"
+
+
+ADDED_AFTER = {  # submission: {grade_id: source of a cell the learner added right after that cell}
+    "defined_below_stub": {"softmax_jacobian": _solution_sources("01_attention")["softmax_jacobian"]},
+    "helper_below_check": {"test_padding_mask": HELPER_BELOW},
+}
 
 
 SUBMISSIONS = {
@@ -150,6 +192,11 @@ SUBMISSIONS = {
     "buffer": ("02_multi_head_attention",
                {"MultiHeadAttention": _solution_sources("02_multi_head_attention")["MultiHeadAttention"]
                 + MHA_WITH_BUFFER_SUFFIX}, None),
+    "challenge_stand_in": ("01_attention", {"scaled_dot_product_attention": SDPA_USING_A_CHALLENGE}, None),
+    "leak": ("01_attention", {"softmax": NAN_SOFTMAX, "scaled_dot_product_attention": SDPA_LEAKING_THE_STAND_IN},
+             None),
+    "defined_below_stub": ("01_attention", {"softmax_jacobian": None}, None),
+    "helper_below_check": ("01_attention", {"padding_mask": PADDING_WITH_HELPER_BELOW_ITS_CHECK}, None),
     "extra_parameter": ("02_multi_head_attention",
                         {"MultiHeadAttention": _solution_sources("02_multi_head_attention")["MultiHeadAttention"]
                          + MHA_EXTRA_PARAMETER_SUFFIX}, None),
@@ -165,7 +212,7 @@ def graded(tmp_path_factory) -> dict[str, dict[str, dict]]:
         notebook, replaced, added = SUBMISSIONS[name]
         folder = root / name
         folder.mkdir()
-        nbformat.write(_build(notebook, replaced, added), folder / f"{notebook}.ipynb")
+        nbformat.write(_build(notebook, replaced, added, ADDED_AFTER.get(name)), folder / f"{notebook}.ipynb")
         (report,) = grade_submission(folder, notebooks=[notebook])["notebooks"]
         return name, {ex["exercise"]: ex for ex in report["exercises"]}
 
@@ -251,6 +298,33 @@ def test_a_parameter_the_grader_cannot_set_is_named(graded):
     assert mha["score"] == 0 and re.search(r"temperature", mha["feedback"]), mha["feedback"]
     passed, text = _in_notebook("extra_parameter", "MultiHeadAttention")
     assert not passed and "temperature" in text, text
+
+
+@pytest.mark.slow
+def test_no_challenge_ever_stands_in(graded):
+    sdpa = graded["challenge_stand_in"]["scaled_dot_product_attention"]
+    assert sdpa["score"] == 0 and "course's" not in sdpa["feedback"], sdpa
+
+
+@pytest.mark.slow
+def test_nothing_of_the_stand_in_run_but_scores_reaches_the_report(graded):
+    sdpa = graded["leak"]["scaled_dot_product_attention"]
+    assert sdpa["score"] == 2, sdpa  # the core part, with the course's softmax in place of the NaN one
+    assert "LEAK" not in sdpa["feedback"] and "def softmax" not in sdpa["feedback"], sdpa["feedback"]
+    assert "test_scaled_dot_product_attention 2/2" in sdpa["feedback"]
+
+
+@pytest.mark.slow
+def test_an_exercise_defined_in_a_cell_added_below_its_stub_is_graded(graded):
+    jac = graded["defined_below_stub"]["softmax_jacobian"]
+    assert jac["status"] == "passed" and "a cell you added defines" in jac["feedback"], jac
+
+
+@pytest.mark.slow
+def test_a_helper_defined_below_the_check_cell_is_not_there_when_the_check_runs(graded):
+    """Run All order: the check cell runs before the cell below it, in the notebook and the grader."""
+    pad = graded["helper_below_check"]["padding_mask"]
+    assert pad["status"] == "error" and "_key_is_real" in pad["feedback"], pad
 
 
 def test_submissions_here_are_built_from_existing_cells():

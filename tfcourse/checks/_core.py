@@ -26,7 +26,7 @@ import importlib
 import math
 import types
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -407,6 +407,9 @@ class NotebookChecks:
     cases: Callable[[str], list[Case]]
     reference: str
     released: str = ""  # the learner notebook's file name in notebooks/, e.g. "01_attention.ipynb"
+    # which graded exercises call which others (the course's call graph, stated in the task
+    # cells): only these callees ever stand in, and never for an optional challenge
+    calls: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _released_notebook(name: str) -> Any:
@@ -499,12 +502,13 @@ def _first_failure(exercise: str, cases: list[Case], namespace: dict[str, Any]) 
 
 
 def failing_dependencies(exercise: str, obj: Any, notebook: NotebookChecks) -> list[str]:
-    """The other exercises of ``notebook`` that ``obj`` can call (names in its namespace) and that
-    fail their own visible checks, in notebook order."""
+    """The exercises ``exercise`` calls by the course's call graph (``notebook.calls``) that are in
+    ``obj``'s namespace and fail their own visible checks, in notebook order."""
     scope = _globals_of(obj) or {}
+    callees = notebook.calls.get(exercise, ())
     failing = []
     for other in notebook.exercises:
-        if other == exercise or other not in scope:
+        if other not in callees or other not in scope:
             continue
         if _first_failure(other, notebook.cases(other), {other: scope[other]}) is not None:
             failing.append(other)

@@ -613,7 +613,7 @@ def visible_cases(exercise: str) -> list[Case]:
 # Another exercise an answer calls and that fails its own check is replaced by the course's
 # version while the answer is checked: one bug costs points once (the grader does the same).
 NOTEBOOK = NotebookChecks(EXERCISES, lambda exercise: visible_cases(exercise), "tfcourse.reference.nb01_attention",
-                          "01_attention.ipynb")
+                          "01_attention.ipynb", calls={"scaled_dot_product_attention": ("softmax",)})
 
 
 def check_softmax(softmax) -> None:

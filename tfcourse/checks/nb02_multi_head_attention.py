@@ -858,7 +858,9 @@ def visible_cases(exercise: str) -> list[Case]:
 # Another exercise an answer calls and that fails its own check is replaced by the course's
 # version while the answer is checked: one bug costs points once (the grader does the same).
 NOTEBOOK = NotebookChecks(EXERCISES, lambda exercise: visible_cases(exercise),
-                          "tfcourse.reference.nb02_multi_head_attention", "02_multi_head_attention.ipynb")
+                          "tfcourse.reference.nb02_multi_head_attention", "02_multi_head_attention.ipynb",
+                          calls={"MultiHeadAttention": ("split_heads", "merge_heads"),
+                                 "mha_from_torch": ("MultiHeadAttention",)})
 
 
 def check_split_heads(split_heads) -> None:

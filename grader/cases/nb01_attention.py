@@ -94,16 +94,23 @@ def _sdpa(seed: int) -> list[Case]:
         kwargs = {}
         if kind == "random":
             kwargs["mask"] = torch.rand(*batch, t, s_len, generator=g) > 0.5
-        elif kind == "causal+empty":
-            mask = torch.ones(t, s_len, dtype=torch.bool).tril(s_len - t)
-            mask[2] = False  # a query that may attend nothing
-            kwargs["mask"] = mask
-        elif kind == "padding":
-            lengths = torch.tensor([5, 2])
-            kwargs["mask"] = (torch.arange(s_len)[None, :] < lengths[:, None])[:, None, None, :]
+        elif kind is not None:
+            kwargs["mask"] = _sdpa_mask(kind, t, s_len, empty_row=2, lengths=[5, 2])
         out.append(_hidden(name, f"hidden case {i + 1}: matches the reference", Call(name, (q, k, v), kwargs), s,
                            n=2, names=("out", "weights"), part="masks" if "mask" in kwargs else "core"))
     return out + _sdpa_half(seed)
+
+
+def _sdpa_mask(kind: str, t: int, s_len: int, *, empty_row: int, lengths: list[int]) -> torch.Tensor:
+    """A (T, S) bottom-right causal mask with query ``empty_row`` attending nothing
+    ("causal+empty"), or a (B, 1, 1, S) key-padding mask for ``lengths`` ("padding")."""
+    if kind == "causal+empty":
+        mask = torch.ones(t, s_len, dtype=torch.bool).tril(s_len - t)
+        mask[empty_row] = False  # a query that may attend nothing
+        return mask
+    if kind == "padding":
+        return (torch.arange(s_len)[None, :] < torch.tensor(lengths)[:, None])[:, None, None, :]
+    raise ValueError(f"unknown mask kind {kind!r}")
 
 
 def _sdpa_half(seed: int) -> list[Case]:
@@ -122,14 +129,7 @@ def _sdpa_half(seed: int) -> list[Case]:
         q = torch.randn(*batch, t, dh, generator=g)  # float32, then cast
         k = torch.randn(*batch, s_len, dh, generator=g)
         v = torch.randn(*batch, s_len, dv, generator=g)
-        kwargs = {}
-        if kind == "causal+empty":
-            mask = torch.ones(t, s_len, dtype=torch.bool).tril(s_len - t)
-            mask[1] = False  # a query that may attend nothing
-            kwargs["mask"] = mask
-        elif kind == "padding":
-            lengths = torch.tensor([8, 3])
-            kwargs["mask"] = (torch.arange(s_len)[None, :] < lengths[:, None])[:, None, None, :]
+        kwargs = {} if kind is None else {"mask": _sdpa_mask(kind, t, s_len, empty_row=1, lengths=[8, 3])}
         call = Call(name, tuple(x.to(dtype) for x in (q, k, v)), kwargs)
         out.append(half_case(NOTEBOOK, name, f"hidden case: half precision, mask: {kind}", call, dtype, s,
                              mistakes=MISTAKES[name], n=2, names=("out", "weights"),

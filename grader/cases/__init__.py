@@ -9,14 +9,41 @@ this package.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from tfcourse.checks._calls import run_call
-from tfcourse.checks._core import Case, CheckFailed, judge_case, not_attempted, with_stand_ins
+from tfcourse.checks._calls import Call, run_call
+from tfcourse.checks._core import (
+    Case,
+    CheckFailed,
+    Judge,
+    Mistake,
+    judge_case,
+    not_attempted,
+    with_stand_ins,
+)
 
 from ..names import module_name
 
 DEFAULT_SEED = 0
+
+
+def hidden_case(exercise: str, title: str, calls: Sequence[Call], seed: int, *,
+                mistakes: Sequence[Mistake] = (), n: int = 1, names: Sequence[str] | None = None,
+                part: str = "core", atol: float | None = None, rtol: float | None = None,
+                wrap: Callable[[Callable[[Judge], None]], Callable[[Judge], None]] | None = None) -> Case:
+    """A hidden case judged against the reference solution run on the same calls.
+
+    Every call's first ``n`` returned tensors (named ``names``) must match the reference's in
+    shape, dtype and value (the dtype's tolerance, or ``atol``/``rtol`` when given: a contract
+    that leaves the internal precision to the learner is judged at the precision the learner may
+    legitimately use, docs/conventions.md). ``wrap`` adds an exercise's own error hints.
+    """
+    def judge(j: Judge) -> None:
+        j.match_reference(n=n, names=names, atol=atol, rtol=rtol)
+
+    return Case(exercise, title, list(calls), wrap(judge) if wrap else judge, seed=seed, reference=True,
+                mistakes=mistakes, hidden=True, part=part)
 
 
 def cases_for(notebook: str, exercise: str, seed: int = DEFAULT_SEED) -> list[Case]:

@@ -23,7 +23,8 @@ from tfcourse.checks._calls import run_call
 from tfcourse.checks._core import HALF_TOLERANCE, judge_case
 
 EXERCISES = {"01_attention": ("softmax", "scaled_dot_product_attention"),
-             "02_multi_head_attention": ("MultiHeadAttention",)}
+             "02_multi_head_attention": ("MultiHeadAttention",),
+             "04_normalisation": ("layer_norm", "rms_norm", "RMSNorm")}
 
 # WRONG entries whose bug changes the values: at least one half case must fail them.
 VALUE_BUGS = {
@@ -36,6 +37,9 @@ VALUE_BUGS = {
     "MultiHeadAttention": ("split with view(B, H, T, Dh)", "merge without transpose", "scaled by sqrt(d_model)",
                            "forgot o_proj", "q scaled, then nb01 attention scales again", "keys and values from x",
                            "mask inverted (nn.MultiheadAttention habit)"),
+    "layer_norm": ("unbiased variance (x.var default)", "statistics over T and D", "statistics in fp16 (no upcast)"),
+    "rms_norm": ("mean subtracted", "squares in fp16", "Gemma's (1 + w)", "x.norm instead of RMS", "no square root"),
+    "RMSNorm": ("Gemma: zeros and (1 + w)",),
 }
 
 

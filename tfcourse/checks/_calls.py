@@ -23,7 +23,7 @@ __all__ = ["Call", "DEVICE", "TorchModule", "Outcome", "load_parameters", "run_c
 DEVICE = "$device"
 
 # torch.nn classes a case may build and hand to the code under test (e.g. mha_from_torch).
-TORCH_MODULES = ("MultiheadAttention", "Linear", "LayerNorm", "Embedding")
+TORCH_MODULES = ("MultiheadAttention", "Linear", "LayerNorm", "Embedding", "RMSNorm")
 
 
 def state_dtype(state: dict[str, torch.Tensor]) -> torch.dtype | None:

@@ -1,0 +1,357 @@
+"""Notebook 04's catalogue of known wrong implementations, with the hint each one earns.
+
+Every function has its exercise's signature (a class for ``RMSNorm``). A hint is shown only when
+exactly one catalogued mistake reproduces the answer on every call of the failing case
+(``Judge.mistake_hint``), so the visible cases are built to tell these apart: tiny magnitudes
+(±1e-3) make eps matter, a non-default eps shows a hard-coded one, fp16 values of a few hundred
+overflow when squared in fp16, (B, T, D) inputs show statistics taken over more than D.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .._core import Mistake
+
+__all__ = ["HINTS", "MISTAKES"]
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _up(x: torch.Tensor) -> torch.Tensor:
+    """x in the dtype the statistics need: float32 for half input, x's own dtype otherwise."""
+    return x.float() if x.dtype in _HALF else x
+
+
+HINTS = {
+    "unbiased": "LayerNorm divides the squared deviations by D (biased variance): x.var(-1, "
+                "unbiased=False) or ((x - mean) ** 2).mean(-1); x.var(-1) alone divides by D - 1",
+    "eps_outside": "eps goes inside the square root: * torch.rsqrt(var + eps) (LayerNorm) or "
+                   "* torch.rsqrt(mean(x ** 2) + eps) (RMSNorm), not / (sqrt(...) + eps)",
+    "no_eps": "add eps to the variance before the square root: without it, inputs whose spread is "
+              "close to eps (or zero) blow up",
+    "eps_ignored": "use the eps argument you are given: a hard-coded 1e-5 / 1e-6 ignores eps=...",
+    "half_stats": "compute the statistics in float32 for float16/bfloat16 input (h = x.float()): "
+                  "squares of values above 256 overflow float16 to inf",
+    "float32_out": "the statistics are float32, the result is not: cast it back with .to(x.dtype) "
+                   "(or .type_as(x)) before returning",
+    "float64_down": "upcast half precision only: .float() turns float64 input into float32; keep "
+                    "float64 as it is (e.g. h = x.float() if x.dtype in (torch.float16, "
+                    "torch.bfloat16) else x)",
+    "wrong_axes": "statistics over the last axis only (dim=-1, keepdim=True): each token is "
+                  "normalised on its own D features, never together with other tokens",
+    "no_affine": "finish with * weight + bias (LayerNorm's learned scale and shift, one per feature)",
+    "rms_mean": "RMSNorm does not subtract the mean: x / sqrt(mean(x ** 2) + eps) * weight",
+    "gemma": "multiply by weight itself: (1 + weight) is Gemma's variant (its weight starts at 0); "
+             "here weight starts at ones and is used as is",
+    "no_sqrt": "divide by the root mean square: sqrt(mean(x ** 2) + eps), not by the mean square itself",
+    "l2_norm": "RMS = sqrt(mean(x ** 2)), the L2 norm divided by sqrt(D): x.norm(dim=-1) alone is "
+               "sqrt(D) times too large",
+    "rms_no_weight": "finish with * weight (RMSNorm's learned scale, one per feature)",
+    "weight_zeros": "initialise weight to ones (nn.Parameter(torch.ones(dim))): a fresh RMSNorm is "
+                    "the plain normalisation; zeros give an output of zeros",
+    "residual_normed": "the residual stream carries x itself: x + sublayer(norm(x)), not "
+                       "norm(x) + sublayer(norm(x))",
+    "pre_is_post": "pre-norm normalises the sublayer's input: x + sublayer(norm(x)); norm(x + "
+                   "sublayer(x)) is post-norm",
+    "no_residual": "add the residual: the input x is added to the sublayer's output",
+    "norm_after_sublayer": "pre-norm normalises the sublayer's input, not its output: "
+                           "x + sublayer(norm(x))",
+    "final_norm": "only the sublayer's input is normalised: x + sublayer(norm(x)), with no norm "
+                  "around the sum",
+    "post_sublayer_only": "post-norm normalises the sum, residual included: norm(x + sublayer(x)), "
+                          "not x + norm(sublayer(x))",
+    "post_is_pre": "post-norm normalises after the residual add: norm(x + sublayer(x)); "
+                   "x + sublayer(norm(x)) is pre-norm",
+    "post_normed_input": "the sublayer reads x itself in post-norm: norm(x + sublayer(x)); the "
+                         "only norm is the one around the sum",
+    "bw_rms_constant": "rms depends on x too: grad_x = (g - x̂ · mean(g · x̂)) / rms with g = "
+                       "grad_out · weight; dropping the second term treats rms as a constant",
+    "bw_no_weight_in_gx": "the output is x̂ · weight, so the gradient reaching x̂ is grad_out · weight",
+    "bw_weight_unsummed": "weight is shared by every token: sum grad_out · x̂ over every axis but the "
+                          "last, so grad_weight has weight's shape (D,)",
+    "bw_sum_not_mean": "the correction term averages over the D features: mean(g · x̂, -1), "
+                       "not sum(g · x̂, -1)",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# layer_norm(x, weight, bias, eps=1e-5)
+# ---------------------------------------------------------------------------------------------
+def _ln(x, weight, bias, eps, *, dims=(-1,), unbiased=False, eps_mode="inside", stats="up",
+        affine=True, cast=True):
+    h = _up(x) if stats == "up" else (x.float() if stats == "float" else x)
+    mu = h.mean(dims, keepdim=True)
+    var = h.var(dims, keepdim=True, unbiased=unbiased)
+    if eps_mode == "inside":
+        y = (h - mu) / torch.sqrt(var + eps)
+    elif eps_mode == "outside":
+        y = (h - mu) / (torch.sqrt(var) + eps)
+    elif eps_mode == "none":
+        y = (h - mu) / torch.sqrt(var)
+    else:  # hard-coded 1e-5
+        y = (h - mu) / torch.sqrt(var + 1e-5)
+    if affine:
+        y = y * weight + bias
+    return y.to(x.dtype) if cast else y
+
+
+def _ln_unbiased(x, weight, bias, eps=1e-5):
+    return _ln(x, weight, bias, eps, unbiased=True)
+
+
+def _ln_eps_outside(x, weight, bias, eps=1e-5):
+    return _ln(x, weight, bias, eps, eps_mode="outside")
+
+
+def _ln_no_eps(x, weight, bias, eps=1e-5):
+    return _ln(x, weight, bias, eps, eps_mode="none")
+
+
+def _ln_eps_fixed(x, weight, bias, eps=1e-5):
+    return _ln(x, weight, bias, eps, eps_mode="fixed")
+
+
+def _ln_half_stats(x, weight, bias, eps=1e-5):
+    return _ln(x, weight, bias, eps, stats="input")
+
+
+def _ln_td(x, weight, bias, eps=1e-5):
+    return _ln(x, weight, bias, eps, dims=(-2, -1) if x.dim() >= 2 else (-1,))
+
+
+def _ln_all(x, weight, bias, eps=1e-5):
+    return _ln(x, weight, bias, eps, dims=tuple(range(x.dim())))
+
+
+def _ln_no_affine(x, weight, bias, eps=1e-5):
+    return _ln(x, weight, bias, eps, affine=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# rms_norm(x, weight, eps=1e-6)
+# ---------------------------------------------------------------------------------------------
+def _rms(x, weight, eps, *, dims=(-1,), center=False, eps_mode="inside", stats="up", scale="w",
+         root="sqrt", cast=True):
+    h = _up(x) if stats == "up" else (x.float() if stats == "float" else x)
+    if center:
+        h = h - h.mean(dims, keepdim=True)
+    ms = h.pow(2).mean(dims, keepdim=True)
+    if root == "l2":
+        y = h / torch.sqrt(h.pow(2).sum(dims, keepdim=True) + eps)
+    elif root == "none":
+        y = h / (ms + eps)
+    elif eps_mode == "inside":
+        y = h * torch.rsqrt(ms + eps)
+    elif eps_mode == "outside":
+        y = h / (torch.sqrt(ms) + eps)
+    elif eps_mode == "none":
+        y = h / torch.sqrt(ms)
+    else:
+        y = h * torch.rsqrt(ms + 1e-6)
+    if scale == "w":
+        y = y * weight
+    elif scale == "1+w":
+        y = y * (1 + weight)
+    return y.to(x.dtype) if cast else y
+
+
+def _rms_mean(x, weight, eps=1e-6):
+    return _rms(x, weight, eps, center=True)
+
+
+def _rms_eps_outside(x, weight, eps=1e-6):
+    return _rms(x, weight, eps, eps_mode="outside")
+
+
+def _rms_no_eps(x, weight, eps=1e-6):
+    return _rms(x, weight, eps, eps_mode="none")
+
+
+def _rms_eps_fixed(x, weight, eps=1e-6):
+    return _rms(x, weight, eps, eps_mode="fixed")
+
+
+def _rms_half_stats(x, weight, eps=1e-6):
+    return _rms(x, weight, eps, stats="input")
+
+
+def _rms_gemma(x, weight, eps=1e-6):
+    return _rms(x, weight, eps, scale="1+w")
+
+
+def _rms_td(x, weight, eps=1e-6):
+    return _rms(x, weight, eps, dims=(-2, -1) if x.dim() >= 2 else (-1,))
+
+
+def _rms_no_sqrt(x, weight, eps=1e-6):
+    return _rms(x, weight, eps, root="none")
+
+
+def _rms_l2(x, weight, eps=1e-6):
+    return _rms(x, weight, eps, root="l2")
+
+
+def _rms_no_weight(x, weight, eps=1e-6):
+    return _rms(x, weight, eps, scale="none")
+
+
+# ---------------------------------------------------------------------------------------------
+# RMSNorm(dim, eps=1e-6)
+# ---------------------------------------------------------------------------------------------
+class _RMSNorm(nn.Module):
+    """RMSNorm with switches that turn on one known mistake (for hints only)."""
+
+    init = 1.0
+    fn = staticmethod(lambda x, weight, eps: _rms(x, weight, eps))
+    use_eps = True
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.full((dim,), float(self.init)))
+        self.eps = eps
+
+    def forward(self, x):
+        return self.fn(x, self.weight, self.eps if self.use_eps else 1e-6)
+
+
+def _rmsnorm_variant(name: str, **flags) -> type[_RMSNorm]:
+    return type(name, (_RMSNorm,), flags)
+
+
+# ---------------------------------------------------------------------------------------------
+# pre_norm_residual(x, sublayer, norm) and post_norm_residual(x, sublayer, norm)
+# ---------------------------------------------------------------------------------------------
+def _pre_residual_normed(x, sublayer, norm):
+    h = norm(x)
+    return h + sublayer(h)
+
+
+def _pre_is_post(x, sublayer, norm):
+    return norm(x + sublayer(x))
+
+
+def _pre_no_residual(x, sublayer, norm):
+    return sublayer(norm(x))
+
+
+def _pre_norm_after(x, sublayer, norm):
+    return x + norm(sublayer(x))
+
+
+def _pre_final_norm(x, sublayer, norm):
+    return norm(x + sublayer(norm(x)))
+
+
+def _post_sublayer_only(x, sublayer, norm):
+    return x + norm(sublayer(x))
+
+
+def _post_is_pre(x, sublayer, norm):
+    return x + sublayer(norm(x))
+
+
+def _post_no_residual(x, sublayer, norm):
+    return norm(sublayer(x))
+
+
+def _post_normed_input(x, sublayer, norm):
+    return norm(x + sublayer(norm(x)))
+
+
+def _post_residual_normed(x, sublayer, norm):
+    h = norm(x)
+    return norm(h + sublayer(h))
+
+
+# ---------------------------------------------------------------------------------------------
+# rms_norm_backward(grad_out, x, weight, eps=1e-6) -> (grad_x, grad_weight)
+# ---------------------------------------------------------------------------------------------
+def _bw(grad_out, x, weight, eps, *, term=True, weight_in_gx=True, summed=True, reduce="mean"):
+    d = x.size(-1)
+    r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    xhat = x * r
+    gw = grad_out * xhat
+    grad_weight = gw.reshape(-1, d).sum(0) if summed else gw
+    g = grad_out * weight if weight_in_gx else grad_out
+    if term:
+        inner = (g * xhat).mean(-1, keepdim=True) if reduce == "mean" else (g * xhat).sum(-1, keepdim=True)
+        grad_x = r * (g - xhat * inner)
+    else:
+        grad_x = r * g
+    return grad_x, grad_weight
+
+
+def _bw_rms_constant(grad_out, x, weight, eps=1e-6):
+    return _bw(grad_out, x, weight, eps, term=False)
+
+
+def _bw_no_weight(grad_out, x, weight, eps=1e-6):
+    return _bw(grad_out, x, weight, eps, weight_in_gx=False)
+
+
+def _bw_unsummed(grad_out, x, weight, eps=1e-6):
+    return _bw(grad_out, x, weight, eps, summed=False)
+
+
+def _bw_sum(grad_out, x, weight, eps=1e-6):
+    return _bw(grad_out, x, weight, eps, reduce="sum")
+
+
+MISTAKES: dict[str, tuple[Mistake, ...]] = {
+    "layer_norm": (
+        Mistake("unbiased variance", HINTS["unbiased"], _ln_unbiased),
+        Mistake("eps outside the root", HINTS["eps_outside"], _ln_eps_outside),
+        Mistake("eps forgotten", HINTS["no_eps"], _ln_no_eps),
+        Mistake("eps hard-coded", HINTS["eps_ignored"], _ln_eps_fixed),
+        Mistake("statistics in half", HINTS["half_stats"], _ln_half_stats),
+        Mistake("statistics over T and D", HINTS["wrong_axes"], _ln_td),
+        Mistake("statistics over everything", HINTS["wrong_axes"], _ln_all),
+        Mistake("no weight and bias", HINTS["no_affine"], _ln_no_affine),
+    ),
+    "rms_norm": (
+        Mistake("mean subtracted", HINTS["rms_mean"], _rms_mean),
+        Mistake("eps outside the root", HINTS["eps_outside"], _rms_eps_outside),
+        Mistake("eps forgotten", HINTS["no_eps"], _rms_no_eps),
+        Mistake("eps hard-coded", HINTS["eps_ignored"], _rms_eps_fixed),
+        Mistake("squares in half", HINTS["half_stats"], _rms_half_stats),
+        Mistake("(1 + w)", HINTS["gemma"], _rms_gemma),
+        Mistake("statistics over T and D", HINTS["wrong_axes"], _rms_td),
+        Mistake("no square root", HINTS["no_sqrt"], _rms_no_sqrt),
+        Mistake("L2 norm", HINTS["l2_norm"], _rms_l2),
+        Mistake("no weight", HINTS["rms_no_weight"], _rms_no_weight),
+    ),
+    "RMSNorm": (
+        Mistake("weight zeros", HINTS["weight_zeros"], _rmsnorm_variant("ZerosRMSNorm", init=0.0)),
+        Mistake("(1 + w)", HINTS["gemma"], _rmsnorm_variant(
+            "GemmaRMSNorm", fn=staticmethod(lambda x, w, eps: _rms(x, w, eps, scale="1+w")))),
+        Mistake("(1 + w), zeros", HINTS["gemma"], _rmsnorm_variant(
+            "GemmaZerosRMSNorm", init=0.0, fn=staticmethod(lambda x, w, eps: _rms(x, w, eps, scale="1+w")))),
+        Mistake("eps not used", HINTS["eps_ignored"], _rmsnorm_variant("EpsRMSNorm", use_eps=False)),
+        Mistake("squares in half", HINTS["half_stats"], _rmsnorm_variant(
+            "HalfRMSNorm", fn=staticmethod(lambda x, w, eps: _rms(x, w, eps, stats="input")))),
+        Mistake("mean subtracted", HINTS["rms_mean"], _rmsnorm_variant(
+            "MeanRMSNorm", fn=staticmethod(lambda x, w, eps: _rms(x, w, eps, center=True)))),
+    ),
+    "pre_norm_residual": (
+        Mistake("residual from norm(x)", HINTS["residual_normed"], _pre_residual_normed),
+        Mistake("post-norm", HINTS["pre_is_post"], _pre_is_post),
+        Mistake("no residual", HINTS["no_residual"], _pre_no_residual),
+        Mistake("norm on the output", HINTS["norm_after_sublayer"], _pre_norm_after),
+        Mistake("norm around the sum too", HINTS["final_norm"], _pre_final_norm),
+    ),
+    "post_norm_residual": (
+        Mistake("norm on the sublayer only", HINTS["post_sublayer_only"], _post_sublayer_only),
+        Mistake("pre-norm", HINTS["post_is_pre"], _post_is_pre),
+        Mistake("no residual", HINTS["no_residual"], _post_no_residual),
+        Mistake("sublayer reads norm(x)", HINTS["post_normed_input"], _post_normed_input),
+        Mistake("residual from norm(x)", HINTS["post_normed_input"], _post_residual_normed),
+    ),
+    "rms_norm_backward": (
+        Mistake("rms as a constant", HINTS["bw_rms_constant"], _bw_rms_constant),
+        Mistake("weight missing in grad_x", HINTS["bw_no_weight_in_gx"], _bw_no_weight),
+        Mistake("grad_weight not summed", HINTS["bw_weight_unsummed"], _bw_unsummed),
+        Mistake("sum instead of mean", HINTS["bw_sum_not_mean"], _bw_sum),
+    ),
+}

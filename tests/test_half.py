@@ -24,6 +24,7 @@ from tfcourse.checks._core import HALF_TOLERANCE, judge_case
 
 EXERCISES = {"01_attention": ("softmax", "scaled_dot_product_attention"),
              "02_multi_head_attention": ("MultiHeadAttention",),
+             "03_positional_encodings": ("apply_rope", "apply_rope_interleaved"),
              "04_normalisation": ("layer_norm", "rms_norm", "RMSNorm")}
 
 # WRONG entries whose bug changes the values: at least one half case must fail them.
@@ -40,6 +41,9 @@ VALUE_BUGS = {
     "layer_norm": ("unbiased variance (x.var default)", "statistics over T and D", "statistics in fp16 (no upcast)"),
     "rms_norm": ("mean subtracted", "squares in fp16", "Gemma's (1 + w)", "x.norm instead of RMS", "no square root"),
     "RMSNorm": ("Gemma: zeros and (1 + w)",),
+    "apply_rope": ("minus instead of plus", "sin times x", "cos and sin swapped", "GPT-J pairing on rotate-half tables"),
+    "apply_rope_interleaved": ("rotate-half pairs", "positions ignored", "rotates by -theta",
+                               "cat tables with rotate_every_two", "exponent i/Dh"),
 }
 
 
@@ -53,8 +57,10 @@ def test_half_tolerances_are_stated_for_both_half_dtypes():
 def _half_cases(notebook: str, exercise: str):
     cases = [c for c in cases_for(notebook, exercise) if c.hidden and "half precision" in c.title]
     assert cases, f"{notebook} {exercise}: no half-precision case"
-    assert {t.dtype for c in cases for t in c.calls[0].args + tuple(c.calls[0].forward_args or ())
-            if isinstance(t, torch.Tensor) and t.is_floating_point()} == set(HALF_DTYPES)
+    found = {t.dtype for c in cases for t in c.calls[0].args + tuple(c.calls[0].forward_args or ())
+             if isinstance(t, torch.Tensor) and t.is_floating_point()}
+    # both half dtypes; float32 only as a side input (apply_rope's cos/sin tables)
+    assert set(HALF_DTYPES) <= found <= set(HALF_DTYPES) | {torch.float32}, found
     return cases
 
 

@@ -1,0 +1,638 @@
+"""Visible cases of notebook 03 (positional encodings), and the oracles they judge with.
+
+Tables built from angles (sinusoidal, RoPE cos/sin, interleaved RoPE) are judged against the
+float64 formula with the absolute tolerance of docs/conventions.md, ``1e-6 + 8·2⁻²³·max angle``
+(:func:`angle_atol`): float32 angles carry that rounding, so answers that compute their angles in
+float32, in float64 or as complex numbers all pass, and a wrong frequency, pairing or position is
+off by far more. Rotations are judged with oracles that do not hand out the answer: pairs as
+complex numbers multiplied by e^{iθ}, and the properties RoPE exists for (norms preserved,
+q_m·k_n depends on m − n only). ``permute_for_rotate_half`` is judged by the q·k scores it must
+preserve; ``alibi_slopes`` against Press et al.'s own ``get_slopes`` code (start · ratio^i).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from ...device import make_generator
+from .._calls import Call
+from .._core import Case, Judge
+from .mistakes import MISTAKES
+
+__all__ = [
+    "EXERCISES",
+    "angle_atol",
+    "bucket_oracle",
+    "interleaved_oracle",
+    "llama3_oracle",
+    "press_slopes",
+    "rope_oracle",
+    "rope_tables64",
+    "rotation_atol",
+    "sinusoid64",
+    "visible_cases",
+]
+
+EXERCISES = ("sinusoidal_position_encoding", "rope_cos_sin", "rotate_half", "apply_rope", "apply_rope_interleaved",
+             "permute_for_rotate_half", "alibi_slopes", "alibi_bias", "relative_position_bucket",
+             "llama3_inv_freq")
+
+F64 = torch.float64
+F32 = torch.float32
+
+
+# ---------------------------------------------------------------------------------------------
+# tolerances and oracles (float64)
+# ---------------------------------------------------------------------------------------------
+def angle_atol(max_angle: float) -> float:
+    """The absolute tolerance of a table of sines and cosines of angles up to ``max_angle``."""
+    return 1e-6 + 8 * 2.0**-23 * float(max_angle)
+
+
+def rotation_atol(x: torch.Tensor, max_angle: float) -> float:
+    """The absolute tolerance of x rotated pairwise by angles up to ``max_angle``: an angle off
+    by δ moves a pair of norm r by about r·δ."""
+    pairs = x.double().reshape(*x.shape[:-1], -1, 2).norm(dim=-1)
+    return angle_atol(max_angle) * max(1.0, float(pairs.max()))
+
+
+def inv_freq64(dim: int, base: float) -> torch.Tensor:
+    return float(base) ** (-torch.arange(0, dim, 2, dtype=F64) / dim)
+
+
+def sinusoid64(num_positions: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
+    """Vaswani et al.: PE[p, 2i] = sin(p / base^(2i/D)), PE[p, 2i+1] = cos(p / base^(2i/D))."""
+    ang = torch.arange(num_positions, dtype=F64)[:, None] * inv_freq64(d_model, base)
+    return torch.stack((ang.sin(), ang.cos()), dim=-1).flatten(-2)
+
+
+def rope_tables64(positions: torch.Tensor, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of cat(freqs, freqs) (rotate-half layout), float64."""
+    freqs = positions.to(F64)[..., None] * inv_freq64(head_dim, base)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def rope_tables32(positions: torch.Tensor, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    cos, sin = rope_tables64(positions, head_dim, base)
+    return cos.to(F32), sin.to(F32)
+
+
+def rope_oracle(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE as complex numbers: channel i and i + Dh/2 are the real and imaginary
+    parts of one number, multiplied by cos θ + i·sin θ (tables of the rotate-half layout)."""
+    h = x.shape[-1] // 2
+    if cos.dim() == 3:
+        cos, sin = cos[:, None], sin[:, None]
+    z = torch.complex(x[..., :h].double(), x[..., h:].double()) * torch.complex(cos[..., :h].double(),
+                                                                                 sin[..., :h].double())
+    return torch.cat((z.real, z.imag), dim=-1)
+
+
+def interleaved_oracle(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """Interleaved RoPE as complex numbers: channels (2i, 2i+1) are one number times e^{i·p·θ_i}."""
+    ang = positions.to(F64)[..., None] * inv_freq64(x.shape[-1], base)
+    if positions.dim() == 2:
+        ang = ang[:, None]
+    z = torch.complex(x[..., 0::2].double(), x[..., 1::2].double()) * torch.polar(torch.ones_like(ang), ang)
+    return torch.stack((z.real, z.imag), dim=-1).flatten(-2)
+
+
+def max_angle(positions: torch.Tensor | int) -> float:
+    """The largest angle of RoPE/sinusoid tables for these positions (θ_0 = 1)."""
+    if isinstance(positions, int):
+        return float(max(positions - 1, 0))
+    return float(positions.abs().max()) if positions.numel() else 0.0
+
+
+def press_slopes(n: int) -> list[float]:
+    """Press et al.'s ``get_slopes`` (github.com/ofirpress/attention_with_linear_biases)."""
+    def power_of_2(n: int) -> list[float]:
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + press_slopes(2 * closest)[0::2][: n - closest]
+
+
+def alibi_oracle(num_heads: int, t_q: int, t_k: int | None = None) -> torch.Tensor:
+    s = t_q if t_k is None else t_k
+    slopes = torch.tensor(press_slopes(num_heads), dtype=F64)[:, None, None]
+    q_pos = torch.arange(t_q, dtype=F64)[:, None] + (s - t_q)
+    k_pos = torch.arange(s, dtype=F64)[None, :]
+    return -slopes * (q_pos - k_pos)
+
+
+def bucket_oracle(rel: torch.Tensor, bidirectional: bool = True, num_buckets: int = 32,
+                  max_distance: int = 128) -> torch.Tensor:
+    """T5's bucketing, as Hugging Face's ``T5Attention._relative_position_bucket`` writes it."""
+    buckets = torch.zeros(rel.shape, dtype=torch.long)
+    rel = rel.long()
+    if bidirectional:
+        num_buckets //= 2
+        buckets += (rel > 0).long() * num_buckets
+        rel = rel.abs()
+    else:
+        rel = -torch.min(rel, torch.zeros_like(rel))
+    max_exact = num_buckets // 2
+    large = max_exact + (torch.log(rel.float() / max_exact) / math.log(max_distance / max_exact)
+                         * (num_buckets - max_exact)).long()
+    large = torch.min(large, torch.full_like(large, num_buckets - 1))
+    return buckets + torch.where(rel < max_exact, rel, large)
+
+
+def llama3_oracle(head_dim: int, base: float = 500000.0, factor: float = 8.0, low_freq_factor: float = 1.0,
+                  high_freq_factor: float = 4.0, original_max_position_embeddings: int = 8192) -> torch.Tensor:
+    """Llama 3.1's scaled frequencies in float64 (Meta's apply_scaling, written per band)."""
+    old = original_max_position_embeddings
+    out = []
+    for f in inv_freq64(head_dim, base).tolist():
+        wavelen = 2 * math.pi / f
+        if wavelen < old / high_freq_factor:
+            out.append(f)
+        elif wavelen > old / low_freq_factor:
+            out.append(f / factor)
+        else:
+            s = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            out.append((1 - s) * f / factor + s * f)
+    return torch.tensor(out, dtype=F64)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers for judging
+# ---------------------------------------------------------------------------------------------
+def _dt(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+FLOAT32_HINT = ("return float32 as the contract says: build with dtype=torch.float32 (torch.arange of ints "
+                "is int64, Python floats in torch.tensor or float64 math give float64), or .float() at the end")
+X_DTYPE_HINT = ("return the dtype of x: cast the float32 tables to x.dtype first, or compute in float32 and "
+                "cast the result back with .to(x.dtype)")
+
+
+def _get(j: Judge, call: int = 0, index: int = 0, *, shape: Sequence[int], dtype: torch.dtype, n: int = 1,
+         names: Sequence[str] | None = None, hint: str = FLOAT32_HINT) -> torch.Tensor:
+    """One returned tensor, after shape and device (Judge.tensor), then dtype with this exercise's hint."""
+    t = j.tensor(call, index, n=n, names=names, shape=shape)
+    if t.dtype != dtype:
+        name = names[index] if names else "output"
+        j.fail(f"{name} has dtype {_dt(t.dtype)}; expected {_dt(dtype)}", hint=hint)
+    return t
+
+
+def _raises(j: Judge, what: str, hint: str, *, names: str | None = None) -> None:
+    """The call must raise ValueError (whose message contains ``names`` when given)."""
+    o = j.raised()
+    if o is None:
+        j.fail(f"{what}: returned without an error; expected ValueError", hint=hint)
+    j.require(o.error_type == "ValueError", f"{what}: raised {o.error_line()[:90]}; expected ValueError",
+              hint=hint + " (an assert or a failing reshape raises other errors)")
+    if names is not None:
+        j.require(names in o.error_message, f"the message {o.error_message.strip()[:70]!r} should name "
+                  f"`{names}`", hint=f"say which argument is wrong, e.g. f\"{names} = ... must be even\"")
+
+
+def _case(exercise: str, title: str, calls: list[Call], judge: Callable[[Judge], None], seed: int | None = None,
+          part: str = "core") -> Case:
+    return Case(exercise, title, calls, judge, seed=seed, mistakes=MISTAKES[exercise], part=part)
+
+
+def _x(seed: int, *shape: int, dtype: torch.dtype = F64) -> torch.Tensor:
+    return torch.randn(*shape, generator=make_generator(seed), dtype=dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. sinusoidal_position_encoding
+# ---------------------------------------------------------------------------------------------
+def _sinusoidal_cases() -> list[Case]:
+    name = "sinusoidal_position_encoding"
+    cases = []
+
+    def table(t: int, d: int, base: float | None):
+        def judge(j: Judge) -> None:
+            got = _get(j, shape=(t, d), dtype=F32)
+            j.close(got, sinusoid64(t, d, base or 10000.0), atol=angle_atol(max_angle(t)), rtol=0.0,
+                    oracle="the float64 formula")
+        return judge
+
+    cases.append(_case(name, "T = 64, D = 16: PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(…)",
+                       [Call(name, (64, 16))], table(64, 16, None)))
+    cases.append(_case(name, "T = 10, D = 6, base = 100.0 (the base is a parameter)",
+                       [Call(name, (10, 6), {"base": 100.0})], table(10, 6, 100.0)))
+    cases.append(_case(name, "T = 1, D = 2: the single row is [sin 0, cos 0] = [0, 1]",
+                       [Call(name, (1, 2))], table(1, 2, None)))
+
+    def odd(j: Judge) -> None:
+        _raises(j, "d_model = 7", "check d_model % 2 first and raise ValueError naming d_model: sin and cos "
+                "fill pairs of columns", names="d_model")
+
+    cases.append(Case(name, "d_model = 7 (odd): raises ValueError naming d_model", [Call(name, (5, 7))], odd))
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. rope_cos_sin
+# ---------------------------------------------------------------------------------------------
+def _rope_cos_sin_cases() -> list[Case]:
+    name = "rope_cos_sin"
+    names = ("cos", "sin")
+    cases = []
+
+    def tables(positions: torch.Tensor, dh: int, base: float):
+        def judge(j: Judge) -> None:
+            want = rope_tables64(positions, dh, base)
+            shape = (*positions.shape, dh)
+            got = [_get(j, 0, i, n=2, names=names, shape=shape, dtype=F32) for i in range(2)]
+            for i in range(2):
+                j.close(got[i], want[i], name=names[i], index=i, atol=angle_atol(max_angle(positions)),
+                        rtol=0.0, oracle="cos/sin of cat(freqs, freqs) in float64")
+        return judge
+
+    p1 = torch.arange(16)
+    cases.append(_case(name, "positions 0 … 15, Dh = 8: (T, Dh) tables of cat(freqs, freqs)",
+                       [Call(name, (p1, 8))], tables(p1, 8, 10000.0)))
+    p2 = torch.tensor([[0, 1, 2, 3, 4, 5], [7, 3, 3, 100, 9, 0]])
+    cases.append(_case(name, "per-sequence positions (B, T) = (2, 6), Dh = 6, base = 500.0",
+                       [Call(name, (p2, 6), {"base": 500.0})], tables(p2, 6, 500.0)))
+    p3 = torch.arange(40, 45, dtype=torch.int32)
+    cases.append(_case(name, "int32 positions 40 … 44 (5 new tokens after 40 cached ones), Dh = 4",
+                       [Call(name, (p3, 4))], tables(p3, 4, 10000.0)))
+
+    def odd(j: Judge) -> None:
+        _raises(j, "head_dim = 7", "check head_dim % 2 first and raise ValueError: RoPE rotates pairs of "
+                "channels", names="head_dim")
+
+    cases.append(Case(name, "head_dim = 7 (odd): raises ValueError naming head_dim",
+                      [Call(name, (torch.arange(3), 7))], odd))
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. rotate_half
+# ---------------------------------------------------------------------------------------------
+def _times_i(x: torch.Tensor) -> torch.Tensor:
+    """Pairs (i, i + Dh/2) as complex numbers, multiplied by i (a rotation by 90°)."""
+    h = x.shape[-1] // 2
+    z = torch.complex(x[..., :h].double(), x[..., h:].double()) * 1j
+    return torch.cat((z.real, z.imag), dim=-1)
+
+
+def _rotate_half_cases() -> list[Case]:
+    name = "rotate_half"
+    cases = []
+    for seed, shape, dtype, what in ((311, (2, 3, 4, 8), F64, "x (B, H, T, Dh) = (2, 3, 4, 8) float64"),
+                                     (312, (5, 2), F32, "x (5, 2) float32: Dh = 2, one pair"),
+                                     (313, (6,), F32, "a single vector (6,) float32")):
+        x = _x(seed, *shape, dtype=dtype)
+
+        def judge(j: Judge, x=x) -> None:
+            got = _get(j, shape=x.shape, dtype=x.dtype, hint="return the dtype of x (torch.cat keeps it)")
+            j.close(got, _times_i(x), atol=0.0, rtol=0.0, oracle="each pair (x_i, x_{i+Dh/2}) times i")
+
+        cases.append(_case(name, f"{what}: cat(−x2, x1), exactly", [Call(name, (x,))], judge, seed=seed))
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. apply_rope
+# ---------------------------------------------------------------------------------------------
+def _apply_rope_cases() -> list[Case]:
+    name = "apply_rope"
+    cases = []
+
+    def value(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        def judge(j: Judge) -> None:
+            got = _get(j, shape=x.shape, dtype=x.dtype, hint=X_DTYPE_HINT)
+            j.close(got, rope_oracle(x, cos, sin), tol_dtype=x.dtype,
+                    oracle="pairs (x_i, x_{i+Dh/2}) as complex numbers times cos θ + i·sin θ")
+        return judge
+
+    x1 = _x(401, 2, 3, 6, 8)
+    c1, s1 = rope_tables32(torch.arange(10, 16), 8)
+    cases.append(_case(name, "x (2, 3, 6, 8) float64, (T, Dh) float32 tables of positions 10 … 15",
+                       [Call(name, (x1, c1, s1))], value(x1, c1, s1), seed=401))
+    x2 = _x(402, 1, 4, 5, 16, dtype=F32)
+    c2, s2 = rope_tables32(torch.arange(5), 16)
+    cases.append(_case(name, "x (1, 4, 5, 16) float32, tables of positions 0 … 4",
+                       [Call(name, (x2, c2, s2))], value(x2, c2, s2), seed=402))
+
+    pos3 = torch.tensor([0, 3, 17, 100, 250, 999, 2000])
+    x3 = _x(403, 2, 2, 7, 8)
+    c3, s3 = rope_tables32(pos3, 8)
+
+    def norms(j: Judge, x=x3) -> None:
+        got = _get(j, shape=x.shape, dtype=x.dtype, hint=X_DTYPE_HINT)
+        before, after = x.norm(dim=-1), got.double().norm(dim=-1)
+        j.close(after, before, name="‖output‖ per vector", atol=1e-6, rtol=1e-6, oracle="‖x‖")
+
+    cases.append(_case(name, "a rotation: every (b, h, t) vector keeps its norm (positions up to 2000)",
+                       [Call(name, (x3, c3, s3))], norms, seed=403))
+    cases.append(_relative_case(name, 404, lambda x, p: Call(name, (x, *rope_tables32(p, x.shape[-1])))))
+
+    x5 = _x(405, 3, 3, 4, 8)  # B = H = 3
+    pos5 = torch.tensor([[0, 1, 2, 3], [5, 6, 7, 8], [2, 9, 4, 1]])
+    c5, s5 = rope_tables32(pos5, 8)
+    cases.append(_case(name, "(B, T, Dh) tables of per-sequence positions, x (3, 3, 4, 8): B = H = 3",
+                       [Call(name, (x5, c5, s5))], value(x5, c5, s5), seed=405, part="batched"))
+    x6 = _x(406, 2, 5, 3, 4, dtype=F32)
+    c6, s6 = rope_tables32(torch.tensor([[4, 5, 6], [0, 0, 1]]), 4)
+    cases.append(_case(name, "(B, T, Dh) tables, x (2, 5, 3, 4) float32 (B ≠ H)",
+                       [Call(name, (x6, c6, s6))], value(x6, c6, s6), seed=406, part="batched"))
+    return cases
+
+
+def _relative_case(name: str, seed: int, make: Callable[[torch.Tensor, torch.Tensor], Call],
+                   shift: int = 1000) -> Case:
+    """q at positions m, k at positions n, then both shifted by ``shift``: q·k must not change.
+
+    x holds q (batch 0) and k (batch 1), 2 heads, T = 5 positions."""
+    x = _x(seed, 2, 2, 5, 8)
+    p = torch.tensor([0, 1, 4, 9, 30])
+
+    def judge(j: Judge) -> None:
+        a = _get(j, 0, shape=x.shape, dtype=x.dtype, hint=X_DTYPE_HINT).double()
+        b = _get(j, 1, shape=x.shape, dtype=x.dtype, hint=X_DTYPE_HINT).double()
+        sa, sb = a[0] @ a[1].transpose(-2, -1), b[0] @ b[1].transpose(-2, -1)  # (H, T, T) scores q_m·k_n
+        scale = float(x[0].norm(dim=-1).max() * x[1].norm(dim=-1).max())
+        j.close(sb, sa, name=f"scores q_(m+{shift})·k_(n+{shift})", atol=angle_atol(2 * (shift + 30)) * scale,
+                rtol=0.0, call=1, oracle="scores q_m·k_n")
+        rotated = (a - x.double()).abs().max()
+        j.require(bool(rotated > 1e-3), "the output equals x: nothing was rotated (scores of unrotated "
+                  "vectors do not depend on positions at all)", call=0)
+
+    return _case(name, f"relative positions: shifting every position by {shift} leaves q_m·k_n unchanged",
+                 [make(x, p), make(x, p + shift)], judge, seed=seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. apply_rope_interleaved
+# ---------------------------------------------------------------------------------------------
+def _interleaved_cases() -> list[Case]:
+    name = "apply_rope_interleaved"
+    cases = []
+
+    def value(x: torch.Tensor, positions: torch.Tensor, base: float | None):
+        def judge(j: Judge) -> None:
+            got = _get(j, shape=x.shape, dtype=x.dtype, hint="return the dtype of x")
+            j.close(got, interleaved_oracle(x, positions, base or 10000.0), tol_dtype=x.dtype,
+                    atol=rotation_atol(x, max_angle(positions)), rtol=0.0,
+                    oracle="pairs (x_2i, x_2i+1) as complex numbers times e^(i·p·θ_i)")
+        return judge
+
+    x1 = _x(501, 2, 3, 6, 8, dtype=F32)
+    p1 = torch.arange(7, 13)
+    cases.append(_case(name, "x (2, 3, 6, 8) float32, positions 7 … 12", [Call(name, (x1, p1))],
+                       value(x1, p1, None), seed=501))
+    x2 = _x(502, 3, 3, 5, 6, dtype=F32)  # B = H = 3
+    p2 = torch.tensor([[0, 1, 2, 3, 4], [9, 8, 7, 6, 5], [3, 3, 40, 41, 42]])
+    cases.append(_case(name, "per-sequence positions (3, 5), x (3, 3, 5, 6) float32, base = 500.0",
+                       [Call(name, (x2, p2), {"base": 500.0})], value(x2, p2, 500.0), seed=502))
+    x3 = _x(503, 1, 2, 40, 16)
+    p3 = torch.arange(40) * 25
+    cases.append(_case(name, "x float64, positions 0, 25, … 975: float32-level tolerance grown with the angle",
+                       [Call(name, (x3, p3))], value(x3, p3, None), seed=503))
+
+    x4 = _x(504, 2, 2, 7, 8)
+    p4 = torch.tensor([0, 3, 17, 100, 250, 999, 2000])
+
+    def norms(j: Judge, x=x4) -> None:
+        got = _get(j, shape=x.shape, dtype=x.dtype, hint="return the dtype of x")
+        j.close(got.double().norm(dim=-1), x.norm(dim=-1), name="‖output‖ per vector", atol=1e-6, rtol=1e-6,
+                oracle="‖x‖")
+
+    cases.append(_case(name, "a rotation: every (b, h, t) vector keeps its norm (positions up to 2000)",
+                       [Call(name, (x4, p4))], norms, seed=504))
+    cases.append(_relative_case(name, 505, lambda x, p: Call(name, (x, p))))
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. permute_for_rotate_half
+# ---------------------------------------------------------------------------------------------
+def _scores(x: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, num_heads: int, layout: str) -> torch.Tensor:
+    """(H, T, T) RoPE'd q·k scores of x (T, D) with weights (H·Dh, D), positions 0 … T−1."""
+    t = x.shape[0]
+    q = (x.double() @ wq.double().T).view(t, num_heads, -1).transpose(0, 1)
+    k = (x.double() @ wk.double().T).view(t, num_heads, -1).transpose(0, 1)
+    pos = torch.arange(t)
+    if layout == "interleaved":
+        q, k = interleaved_oracle(q[None], pos)[0], interleaved_oracle(k[None], pos)[0]
+    else:
+        cos, sin = rope_tables64(pos, q.shape[-1])
+        q, k = rope_oracle(q[None], cos, sin)[0], rope_oracle(k[None], cos, sin)[0]
+    return q @ k.transpose(-2, -1)
+
+
+def _permutation_rows(rows: int, num_heads: int) -> list[int]:
+    dh = rows // num_heads
+    order = []
+    for h in range(num_heads):
+        order += [h * dh + 2 * j for j in range(dh // 2)] + [h * dh + 2 * j + 1 for j in range(dh // 2)]
+    return order
+
+
+def _permute_cases() -> list[Case]:
+    name = "permute_for_rotate_half"
+    cases = []
+    heads, dh, d = 3, 8, 24
+    wq, wk = _x(601, heads * dh, d) / math.sqrt(d), _x(602, heads * dh, d) / math.sqrt(d)
+    x = _x(603, 9, d)
+
+    def scores(j: Judge) -> None:
+        pq = _get(j, 0, shape=wq.shape, dtype=F64, hint="return the dtype of weight")
+        pk = _get(j, 1, shape=wk.shape, dtype=F64, hint="return the dtype of weight")
+        j.close(_scores(x, pq, pk, heads, "rotate-half"), _scores(x, wq, wk, heads, "interleaved"),
+                name="rotate-half RoPE scores with the permuted weights", call=0,
+                oracle="interleaved RoPE scores with the original weights")
+
+    cases.append(_case(name, "H = 3, Dh = 8: rotate-half RoPE on x @ W_permᵀ gives the q·k scores of "
+                       "interleaved RoPE on x @ Wᵀ", [Call(name, (wq, heads)), Call(name, (wk, heads))], scores,
+                       seed=601))
+    w2 = _x(604, 2 * 6, 5, dtype=F32)
+
+    def rows(j: Judge, w=w2) -> None:
+        got = _get(j, shape=w.shape, dtype=F32, hint="return the dtype of weight")
+        j.close(got, w[_permutation_rows(12, 2)], atol=0.0, rtol=0.0,
+                oracle="rows 0, 2, 4, 1, 3, 5 of each head (exactly)")
+
+    cases.append(_case(name, "H = 2, Dh = 6, D = 5, float32: within each head rows 0, 2, 4, then 1, 3, 5",
+                       [Call(name, (w2, 2))], rows, seed=604))
+
+    def bad_heads(j: Judge) -> None:
+        _raises(j, "weight (10, 4), num_heads = 3", "raise ValueError when weight.shape[0] is not divisible "
+                "by num_heads")
+
+    cases.append(Case(name, "10 rows, num_heads = 3: raises ValueError", [Call(name, (_x(605, 10, 4), 3))],
+                      bad_heads))
+
+    def odd(j: Judge) -> None:
+        _raises(j, "weight (6, 4), num_heads = 2 (Dh = 3)", "raise ValueError when the head width "
+                "weight.shape[0] // num_heads is odd: RoPE rotates pairs")
+
+    cases.append(Case(name, "Dh = 3 (odd): raises ValueError", [Call(name, (_x(606, 6, 4), 2))], odd))
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. alibi_slopes
+# ---------------------------------------------------------------------------------------------
+def _slopes_cases() -> list[Case]:
+    name = "alibi_slopes"
+
+    def slopes(counts: Sequence[int]):
+        def judge(j: Judge) -> None:
+            for call, h in enumerate(counts):
+                got = _get(j, call, shape=(h,), dtype=F32)
+                j.close(got, torch.tensor(press_slopes(h), dtype=F64), name=f"slopes for H = {h}", call=call,
+                        atol=1e-8, rtol=1e-6, oracle="Press et al.'s get_slopes")
+        return judge
+
+    powers, others = (1, 2, 4, 8, 16), (6, 12, 20)
+
+    def bad(j: Judge) -> None:
+        _raises(j, "num_heads = 0", "raise ValueError when num_heads < 1")
+
+    return [
+        _case(name, "H = 1, 2, 4, 8, 16 (powers of two): 2^(−8h/H) for h = 1 … H",
+              [Call(name, (h,)) for h in powers], slopes(powers)),
+        _case(name, "H = 6, 12, 20: the slopes of the power of two below, then every other slope of twice it",
+              [Call(name, (h,)) for h in others], slopes(others), part="other_head_counts"),
+        Case(name, "num_heads = 0: raises ValueError", [Call(name, (0,))], bad, part="other_head_counts"),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. alibi_bias
+# ---------------------------------------------------------------------------------------------
+def _bias_cases() -> list[Case]:
+    name = "alibi_bias"
+    cases = []
+    for h, t_q, t_k, what in ((4, 5, None, "H = 4, T = S = 5"),
+                              (6, 3, 7, "H = 6, T = 3 queries, S = 7 keys (4 cached)"),
+                              (8, 1, 6, "H = 8, one query (a decode step), S = 6")):
+        s = t_q if t_k is None else t_k
+
+        def judge(j: Judge, h=h, t_q=t_q, t_k=t_k, s=s) -> None:
+            got = _get(j, shape=(h, t_q, s), dtype=F32)
+            j.close(got, alibi_oracle(h, t_q, t_k), oracle="−slope_h·(q_pos − k_pos), q_pos = S − T + i",
+                    tol_dtype=F32)
+
+        args = (h, t_q) if t_k is None else (h, t_q, t_k)
+        cases.append(_case(name, f"{what}: −slope_h · (q_pos − k_pos), bottom-right positions",
+                           [Call(name, args)], judge))
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------
+# 9. relative_position_bucket
+# ---------------------------------------------------------------------------------------------
+def _bucket_judge(bidirectional: bool, num_buckets: int, max_distance: int, call: int = 0):
+    def judge(j: Judge) -> None:
+        rel = j.case.calls[call].args[0]
+        got = _get(j, call, shape=rel.shape, dtype=torch.long, hint="return torch.long bucket indices "
+                   "(.long() at the end; torch.where of int32 and int64 gives int64)")
+        lo, hi = int(got.min()), int(got.max())
+        j.require(lo >= 0 and hi < num_buckets, f"buckets range {lo} … {hi}; they must lie in [0, "
+                  f"{num_buckets}) for num_buckets = {num_buckets}", call=call)
+        want = bucket_oracle(rel, bidirectional, num_buckets, max_distance)
+        wrong = (got != want).nonzero()
+        if len(wrong):
+            idx = tuple(int(i) for i in wrong[0])
+            j.fail(f"{len(wrong)} of {got.numel()} buckets differ; first at relative_position = "
+                   f"{int(rel[idx])}: got {int(got[idx])}, expected {int(want[idx])}",
+                   hint=j.mistake_hint(call))
+    return judge
+
+
+def _bucket_properties(j: Judge) -> None:
+    """Defaults, bidirectional: range, exact region, monotone, saturated at max_distance."""
+    rel = j.case.calls[0].args[0]
+    got = _get(j, shape=rel.shape, dtype=torch.long, hint="return torch.long bucket indices")
+    lo, hi = int(got.min()), int(got.max())
+    j.require(lo >= 0 and hi < 32, f"buckets range {lo} … {hi}; they must lie in [0, 32) for num_buckets = 32")
+    for d, b in zip(rel.tolist(), got.tolist(), strict=True):
+        want = (16 if d > 0 else 0) + abs(d)
+        if abs(d) < 8 and b != want:
+            j.require(False, f"relative_position = {d} is in the exact region (|d| < 8 = num_buckets // 4): "
+                      f"expected bucket {want}, got {b}")
+    for positive, offset in ((True, 16), (False, 0)):
+        side = rel > 0 if positive else rel <= 0
+        dist, order = rel[side].abs().sort()
+        seq = got[side][order]
+        drops = (seq[1:] < seq[:-1]).nonzero().flatten()
+        which = "positive" if positive else "negative"
+        j.require(len(drops) == 0, f"buckets of {which} distances must not decrease as |distance| grows; they "
+                  f"do at |distance| = {int(dist[int(drops[0]) + 1]) if len(drops) else 0}")
+        far = seq[dist >= 128]
+        j.require(bool((far == offset + 15).all()), f"every {which} distance with |d| ≥ max_distance = 128 "
+                  f"shares the last bucket {offset + 15}; got {sorted(set(far.tolist()))[:6]}")
+
+
+def _bucket_cases() -> list[Case]:
+    name = "relative_position_bucket"
+    wide = torch.arange(-200, 201)
+    grid = torch.arange(9)[None, :] - torch.arange(6)[:, None] * 7  # key − query, (6, 9)
+    past = torch.arange(-300, 40)
+    return [
+        _case(name, "relative positions −200 … 200, defaults: buckets in [0, 32), exact below 8, monotone in "
+              "|distance|, saturated from 128 on", [Call(name, (wide,))], _bucket_properties),
+        _case(name, "relative positions −200 … 200, defaults: equal to T5's buckets",
+              [Call(name, (wide,))], _bucket_judge(True, 32, 128)),
+        _case(name, "a (6, 9) grid of key − query positions, num_buckets = 16, max_distance = 40",
+              [Call(name, (grid,), {"num_buckets": 16, "max_distance": 40})], _bucket_judge(True, 16, 40)),
+        # each unidirectional case also runs the answer bidirectionally (not judged there): it tells a
+        # key − query sign error apart from keeping future keys, which agree when unidirectional
+        _case(name, "bidirectional=False, −300 … 39, defaults: future keys in bucket 0, past ones in 0 … 31",
+              [Call(name, (wide,)), Call(name, (past,), {"bidirectional": False})],
+              _bucket_judge(False, 32, 128, call=1), part="unidirectional"),
+        _case(name, "bidirectional=False, num_buckets = 8, max_distance = 20",
+              [Call(name, (wide,)), Call(name, (past,), {"bidirectional": False, "num_buckets": 8,
+                                                         "max_distance": 20})],
+              _bucket_judge(False, 8, 20, call=1), part="unidirectional"),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# 10. llama3_inv_freq (optional challenge)
+# ---------------------------------------------------------------------------------------------
+def _llama3_cases() -> list[Case]:
+    name = "llama3_inv_freq"
+    cases = []
+    for args, kwargs, what in (((128,), {}, "Dh = 128, Llama 3.1's defaults"),
+                               ((64,), {"base": 10000.0, "factor": 4.0, "low_freq_factor": 1.0,
+                                        "high_freq_factor": 2.0, "original_max_position_embeddings": 1024},
+                                "Dh = 64, base 10000, factor 4, high_freq_factor 2, 1024 original positions")):
+        def judge(j: Judge, args=args, kwargs=kwargs) -> None:
+            want = llama3_oracle(*args, **kwargs)
+            got = _get(j, shape=want.shape, dtype=F32)
+            j.close(got, want, atol=0.0, rtol=1e-5, oracle="Meta's apply_scaling in float64")
+
+        cases.append(_case(name, f"{what}: (Dh/2,) scaled frequencies", [Call(name, args, kwargs)], judge))
+    return cases
+
+
+_BUILDERS: dict[str, Callable[[], list[Case]]] = {
+    "sinusoidal_position_encoding": _sinusoidal_cases,
+    "rope_cos_sin": _rope_cos_sin_cases,
+    "rotate_half": _rotate_half_cases,
+    "apply_rope": _apply_rope_cases,
+    "apply_rope_interleaved": _interleaved_cases,
+    "permute_for_rotate_half": _permute_cases,
+    "alibi_slopes": _slopes_cases,
+    "alibi_bias": _bias_cases,
+    "relative_position_bucket": _bucket_cases,
+    "llama3_inv_freq": _llama3_cases,
+}
+
+
+def visible_cases(exercise: str) -> list[Case]:
+    """The cases a learner runs under exercise ``exercise`` (the grader runs them too)."""
+    if exercise not in _BUILDERS:
+        raise KeyError(f"notebook 03 has no exercise {exercise!r}; exercises: {', '.join(EXERCISES)}")
+    return _BUILDERS[exercise]()

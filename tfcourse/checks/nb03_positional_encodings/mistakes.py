@@ -1,0 +1,621 @@
+"""The catalogue of known wrong implementations of notebook 03's exercises, with their hints.
+
+Each function has its exercise's signature and is self-contained (it never calls another
+exercise by name, so a stand-in never changes it). ``MISTAKES[exercise]`` lists them; the
+feedback shows a hint only when exactly one of them explains the answer on every call of the
+failing case (``tfcourse.checks._core.Judge.mistake_hint``), so the visible cases are built to
+tell them apart (tests/test_hints.py measures it over the catalogue).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._core import Mistake
+
+__all__ = ["MISTAKES"]
+
+
+# ---------------------------------------------------------------------------------------------
+# shared pieces (float32 angles, as the course's solutions compute them)
+# ---------------------------------------------------------------------------------------------
+def _inv_freq(dim: int, base: float, *, exponent: str = "2i/D", device=None) -> torch.Tensor:
+    i = torch.arange(dim // 2, dtype=torch.float32, device=device)
+    if exponent == "2i/D":
+        return 1.0 / base ** (2 * i / dim)
+    if exponent == "i/D":
+        return 1.0 / base ** (i / dim)
+    if exponent == "+2i/D":
+        return base ** (2 * i / dim)
+    raise ValueError(exponent)
+
+
+def _half_rot(x: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def _every_two(x: torch.Tensor) -> torch.Tensor:
+    return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. sinusoidal_position_encoding
+# ---------------------------------------------------------------------------------------------
+def _sinusoid(num_positions, d_model, base=10000.0, *, layout="interleaved", exponent="2i/D", start=0,
+              column_exponent=False):
+    pos = torch.arange(start, start + num_positions, dtype=torch.float32)[:, None]
+    if column_exponent:  # column j uses base^(-j/D): odd columns get (2i+1)/D
+        j = torch.arange(d_model, dtype=torch.float32)
+        ang = pos / base ** (j / d_model)
+        pe = ang.clone()
+        pe[:, 0::2] = torch.sin(ang[:, 0::2])
+        pe[:, 1::2] = torch.cos(ang[:, 1::2])
+        return pe
+    ang = pos * _inv_freq(d_model, base, exponent=exponent)
+    if layout == "concat":
+        return torch.cat((torch.sin(ang), torch.cos(ang)), dim=-1)
+    pe = torch.zeros(num_positions, d_model)
+    first, second = (torch.cos, torch.sin) if layout == "swapped" else (torch.sin, torch.cos)
+    pe[:, 0::2] = first(ang)
+    pe[:, 1::2] = second(ang)
+    return pe
+
+
+def _sin_concat(num_positions, d_model, base=10000.0):
+    return _sinusoid(num_positions, d_model, base, layout="concat")
+
+
+def _sin_swapped(num_positions, d_model, base=10000.0):
+    return _sinusoid(num_positions, d_model, base, layout="swapped")
+
+
+def _sin_i_over_d(num_positions, d_model, base=10000.0):
+    return _sinusoid(num_positions, d_model, base, exponent="i/D")
+
+
+def _sin_positive_exponent(num_positions, d_model, base=10000.0):
+    return _sinusoid(num_positions, d_model, base, exponent="+2i/D")
+
+
+def _sin_base_ignored(num_positions, d_model, base=10000.0):
+    return _sinusoid(num_positions, d_model, 10000.0)
+
+
+def _sin_from_one(num_positions, d_model, base=10000.0):
+    return _sinusoid(num_positions, d_model, base, start=1)
+
+
+def _sin_column_exponent(num_positions, d_model, base=10000.0):
+    return _sinusoid(num_positions, d_model, base, column_exponent=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. rope_cos_sin
+# ---------------------------------------------------------------------------------------------
+def _rope(positions, head_dim, base=10000.0, *, exponent="2i/D", layout="cat", use_positions=True,
+          order="cos,sin"):
+    p = positions if use_positions else torch.arange(positions.shape[-1], device=positions.device)  # (T,)
+    freqs = p.to(torch.float32)[..., None] * _inv_freq(head_dim, base, exponent=exponent, device=positions.device)
+    if layout == "cat":
+        emb = torch.cat((freqs, freqs), dim=-1)
+    elif layout == "repeat_interleave":
+        emb = freqs.repeat_interleave(2, dim=-1)
+    else:  # "half": no duplication
+        emb = freqs
+    cos, sin = emb.cos(), emb.sin()
+    return (cos, sin) if order == "cos,sin" else (sin, cos)
+
+
+def _rope_repeat_interleave(positions, head_dim, base=10000.0):
+    return _rope(positions, head_dim, base, layout="repeat_interleave")
+
+
+def _rope_i_over_d(positions, head_dim, base=10000.0):
+    return _rope(positions, head_dim, base, exponent="i/D")
+
+
+def _rope_positive_exponent(positions, head_dim, base=10000.0):
+    return _rope(positions, head_dim, base, exponent="+2i/D")
+
+
+def _rope_base_ignored(positions, head_dim, base=10000.0):
+    return _rope(positions, head_dim, 10000.0)
+
+
+def _rope_arange(positions, head_dim, base=10000.0):
+    return _rope(positions, head_dim, base, use_positions=False)
+
+
+def _rope_swapped(positions, head_dim, base=10000.0):
+    return _rope(positions, head_dim, base, order="sin,cos")
+
+
+def _rope_half_width(positions, head_dim, base=10000.0):
+    return _rope(positions, head_dim, base, layout="half")
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. rotate_half
+# ---------------------------------------------------------------------------------------------
+def _rot_sign(x):
+    h = x.shape[-1] // 2
+    return torch.cat((x[..., h:], -x[..., :h]), dim=-1)
+
+
+def _rot_no_minus(x):
+    h = x.shape[-1] // 2
+    return torch.cat((x[..., h:], x[..., :h]), dim=-1)
+
+
+def _rot_every_two(x):
+    return _every_two(x)
+
+
+def _rot_first_axis(x):
+    h = x.shape[0] // 2
+    return torch.cat((-x[h:], x[:h]), dim=0)
+
+
+def _rot_minus_first(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., :h], x[..., h:]), dim=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. apply_rope
+# ---------------------------------------------------------------------------------------------
+def _heads(t: torch.Tensor) -> torch.Tensor:
+    return t[:, None] if t.dim() == 3 else t
+
+
+def _apply_minus(x, cos, sin):
+    cos, sin = _heads(cos), _heads(sin)
+    return (x * cos - _half_rot(x) * sin).to(x.dtype)
+
+
+def _apply_no_rotate(x, cos, sin):
+    cos, sin = _heads(cos), _heads(sin)
+    return (x * cos + x * sin).to(x.dtype)
+
+
+def _apply_every_two(x, cos, sin):
+    cos, sin = _heads(cos), _heads(sin)
+    return (x * cos + _every_two(x) * sin).to(x.dtype)
+
+
+def _apply_swapped(x, cos, sin):
+    cos, sin = _heads(cos), _heads(sin)
+    return (x * sin + _half_rot(x) * cos).to(x.dtype)
+
+
+def _apply_batch_as_heads(x, cos, sin):
+    cos, sin = cos[None], sin[None]  # (1, B, T, Dh): sequences paired with heads
+    if cos.dim() == 3:
+        cos, sin = cos[0], sin[0]
+    return (x * cos + _half_rot(x) * sin).to(x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. apply_rope_interleaved
+# ---------------------------------------------------------------------------------------------
+def _angles(x, positions, base, *, exponent="2i/D", use_positions="yes", heads=True):
+    if use_positions == "zero":
+        p = torch.zeros_like(positions)
+    elif use_positions == "arange":
+        p = torch.arange(x.shape[-2], device=x.device).expand(positions.shape)
+    else:
+        p = positions
+    ang = p.to(torch.float32)[..., None] * _inv_freq(x.shape[-1], base, exponent=exponent, device=x.device)
+    if p.dim() == 2 and heads:
+        ang = ang[:, None]
+    return ang
+
+
+def _interleaved(x, positions, base=10000.0, *, sign=1.0, **kw):
+    ang = _angles(x, positions, base, **kw)
+    cos, sin = ang.cos(), sign * ang.sin()
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+    return out.to(x.dtype)
+
+
+def _inter_half_pairs(x, positions, base=10000.0):
+    ang = _angles(x, positions, base)
+    cos, sin = torch.cat((ang, ang), -1).cos(), torch.cat((ang, ang), -1).sin()
+    return (x * cos + _half_rot(x) * sin).to(x.dtype)
+
+
+def _inter_position_zero(x, positions, base=10000.0):
+    return _interleaved(x, positions, base, use_positions="zero")
+
+
+def _inter_arange(x, positions, base=10000.0):
+    return _interleaved(x, positions, base, use_positions="arange")
+
+
+def _inter_sign(x, positions, base=10000.0):
+    return _interleaved(x, positions, base, sign=-1.0)
+
+
+def _inter_cat_freqs(x, positions, base=10000.0):
+    ang = _angles(x, positions, base)
+    cos, sin = torch.cat((ang, ang), -1).cos(), torch.cat((ang, ang), -1).sin()
+    return (x * cos + _every_two(x) * sin).to(x.dtype)
+
+
+def _inter_i_over_d(x, positions, base=10000.0):
+    return _interleaved(x, positions, base, exponent="i/D")
+
+
+def _inter_base_ignored(x, positions, base=10000.0):
+    return _interleaved(x, positions, 10000.0)
+
+
+def _inter_batch_as_heads(x, positions, base=10000.0):
+    return _interleaved(x, positions, base, heads=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. permute_for_rotate_half
+# ---------------------------------------------------------------------------------------------
+def _perm_inverse(weight, num_heads):
+    rows, d = weight.shape
+    dh = rows // num_heads
+    return weight.view(num_heads, 2, dh // 2, d).transpose(1, 2).reshape(rows, d)
+
+
+def _perm_heads_ignored(weight, num_heads):
+    rows, d = weight.shape
+    return weight.view(1, rows // 2, 2, d).transpose(1, 2).reshape(rows, d)
+
+
+def _perm_unchanged(weight, num_heads):
+    return weight.clone()
+
+
+def _perm_columns(weight, num_heads):
+    rows, d = weight.shape
+    dh = d // num_heads
+    return weight.view(rows, num_heads, dh // 2, 2).transpose(2, 3).reshape(rows, d)
+
+
+def _perm_heads_interleaved(weight, num_heads):
+    rows, d = weight.shape
+    dh = rows // num_heads
+    # reads the rows as (Dh/2, 2, H): head h taken as every H-th row
+    return weight.view(dh // 2, 2, num_heads, d).permute(2, 1, 0, 3).reshape(rows, d)
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. alibi_slopes
+# ---------------------------------------------------------------------------------------------
+def _pow2(n: int, *, h0: int = 1, eight: float = 8.0) -> list[float]:
+    return [2.0 ** (-eight * h / n) for h in range(h0, n + h0)]
+
+
+def _press(n: int, *, pick=lambda s, k: s[0::2][:k], pow2=_pow2) -> list[float]:
+    if n & (n - 1) == 0:
+        return pow2(n)
+    p = 2 ** math.floor(math.log2(n))
+    return pow2(p) + pick(_press(2 * p, pick=pick, pow2=pow2), n - p)
+
+
+def _f32(values: list[float]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def _slopes_pow2_everywhere(num_heads):
+    return _f32(_pow2(num_heads))
+
+
+def _slopes_even_h(num_heads):
+    return _f32(_press(num_heads, pick=lambda s, k: s[1::2][:k]))
+
+
+def _slopes_first_of_2n(num_heads):
+    return _f32(_press(num_heads, pick=lambda s, k: s[:k]))
+
+
+def _slopes_from_zero(num_heads):
+    return _f32(_press(num_heads, pow2=lambda n: _pow2(n, h0=0)))
+
+
+def _slopes_no_eight(num_heads):
+    return _f32(_press(num_heads, pow2=lambda n: _pow2(n, eight=1.0)))
+
+
+def _slopes_reversed(num_heads):
+    return _f32(_press(num_heads)[::-1])
+
+
+def _slopes_power_above(num_heads):
+    n = 2 ** math.ceil(math.log2(num_heads))
+    return _f32(_pow2(n)[:num_heads])
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. alibi_bias
+# ---------------------------------------------------------------------------------------------
+def _bias(num_heads, t_q, t_k=None, *, form="right"):
+    s = t_q if t_k is None else t_k
+    slopes = _f32(_press(num_heads))[:, None, None]
+    q = torch.arange(t_q, dtype=torch.float32)[:, None] + (0 if form == "top-left" else s - t_q)
+    k = torch.arange(s, dtype=torch.float32)[None, :]
+    if form == "bloom":
+        return (slopes * k).expand(num_heads, t_q, s).contiguous()
+    if form == "abs":
+        return -slopes * (q - k).abs()
+    if form == "plus":
+        return slopes * (q - k)
+    return -slopes * (q - k)
+
+
+def _bias_bloom(num_heads, t_q, t_k=None):
+    return _bias(num_heads, t_q, t_k, form="bloom")
+
+
+def _bias_abs(num_heads, t_q, t_k=None):
+    return _bias(num_heads, t_q, t_k, form="abs")
+
+
+def _bias_top_left(num_heads, t_q, t_k=None):
+    return _bias(num_heads, t_q, t_k, form="top-left")
+
+
+def _bias_plus(num_heads, t_q, t_k=None):
+    return _bias(num_heads, t_q, t_k, form="plus")
+
+
+def _bias_square(num_heads, t_q, t_k=None):
+    return _bias(num_heads, t_q)
+
+
+# ---------------------------------------------------------------------------------------------
+# 9. relative_position_bucket (Hugging Face's T5Attention._relative_position_bucket, varied)
+# ---------------------------------------------------------------------------------------------
+def _t5(relative_position, bidirectional=True, num_buckets=32, max_distance=128, *, clamp=1, halve=True,
+        direction=1, future=False, log_base="ratio", rounding="floor", half_offset=False):
+    rel = direction * relative_position
+    buckets = torch.zeros_like(rel, dtype=torch.long)
+    if bidirectional:
+        if halve:
+            num_buckets //= 2
+        buckets = buckets + (rel > 0).long() * (num_buckets // 2 if half_offset else num_buckets)
+        rel = rel.abs()
+    else:
+        rel = torch.clamp(rel, min=0) if future else -torch.clamp(rel, max=0)
+    max_exact = num_buckets // 2
+    is_small = rel < max_exact
+    scale = math.log(max_distance / max_exact) if log_base == "ratio" else math.log(max_distance)
+    value = torch.log(rel.float() / max_exact) / scale * (num_buckets - max_exact)
+    value = value.round() if rounding == "round" else value
+    large = max_exact + value.long()
+    large = torch.clamp(large, max=num_buckets - clamp)
+    return (buckets + torch.where(is_small, rel, large)).long()
+
+
+def _t5_clamp_off_by_one(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+    return _t5(relative_position, bidirectional, num_buckets, max_distance, clamp=0)
+
+
+def _t5_not_halved(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+    return _t5(relative_position, bidirectional, num_buckets, max_distance, halve=False)
+
+
+def _t5_not_halved_half_offset(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+    return _t5(relative_position, bidirectional, num_buckets, max_distance, halve=False, half_offset=True)
+
+
+def _t5_query_minus_key(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+    return _t5(relative_position, bidirectional, num_buckets, max_distance, direction=-1)
+
+
+def _t5_future(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+    return _t5(relative_position, bidirectional, num_buckets, max_distance, future=True)
+
+
+def _t5_log_max_distance(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+    return _t5(relative_position, bidirectional, num_buckets, max_distance, log_base="max")
+
+
+def _t5_rounded(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+    return _t5(relative_position, bidirectional, num_buckets, max_distance, rounding="round")
+
+
+# ---------------------------------------------------------------------------------------------
+# 10. llama3_inv_freq (optional challenge)
+# ---------------------------------------------------------------------------------------------
+def _llama3(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+            original_max_position_embeddings=8192, *, smooth=True, multiply=False, swap_weights=False,
+            swap_bounds=False, two_pi=True):
+    inv = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    old = original_max_position_embeddings
+    low_wl, high_wl = old / low_freq_factor, old / high_freq_factor
+    if swap_bounds:
+        low_wl, high_wl = high_wl, low_wl
+    wavelen = (2 * math.pi if two_pi else 1.0) / inv
+    scaled = inv * factor if multiply else inv / factor
+    out = torch.where(wavelen > low_wl, scaled, inv)
+    if smooth:
+        s = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        smoothed = s * scaled + (1 - s) * inv if swap_weights else (1 - s) * scaled + s * inv
+        medium = (wavelen >= high_wl) & (wavelen <= low_wl)
+        out = torch.where(medium, smoothed, out)
+    return out
+
+
+def _llama3_no_smoothing(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                         original_max_position_embeddings=8192):
+    return _llama3(head_dim, base, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings,
+                   smooth=False)
+
+
+def _llama3_multiply(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                     original_max_position_embeddings=8192):
+    return _llama3(head_dim, base, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings,
+                   multiply=True)
+
+
+def _llama3_swapped_weights(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                            original_max_position_embeddings=8192):
+    return _llama3(head_dim, base, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings,
+                   swap_weights=True)
+
+
+def _llama3_swapped_bounds(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                           original_max_position_embeddings=8192):
+    return _llama3(head_dim, base, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings,
+                   swap_bounds=True)
+
+
+def _llama3_no_two_pi(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                      original_max_position_embeddings=8192):
+    return _llama3(head_dim, base, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings,
+                   two_pi=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# The catalogue
+# ---------------------------------------------------------------------------------------------
+HINT_I_OVER_D = ("the exponent is 2i/D for pair i = 0 .. D/2 − 1 (torch.arange(0, D, 2) / D), not i/D: "
+                 "with i/D the frequencies fall only half as far")
+HINT_POSITIVE = ("the frequencies are base^(−2i/D) and fall with i: divide the position by base^(2i/D) "
+                 "(or multiply by its inverse), don't multiply by base^(2i/D)")
+HINT_BASE = "use the `base` argument, not a hard-coded 10000"
+HINT_POSITIONS = ("rotate each token by its own entry of `positions` (they may start anywhere, repeat, or "
+                  "differ per sequence): not torch.arange(T), not position 0 for every token")
+HINT_HEAD_AXIS = ("for per-sequence positions (B, T) insert the head axis: (B, 1, T, Dh) broadcasts over "
+                  "the heads of x (B, H, T, Dh); (1, B, T, Dh) pairs sequences with heads")
+
+MISTAKES: dict[str, tuple[Mistake, ...]] = {
+    "sinusoidal_position_encoding": (
+        Mistake("[sin | cos] concatenated", "the interleaved table puts sin in even columns and cos in odd "
+                "ones (PE[p, 2i] = sin, PE[p, 2i+1] = cos); [sin | cos] concatenated is a different table",
+                _sin_concat),
+        Mistake("sin and cos swapped", "sin goes in the even columns (2i) and cos in the odd ones (2i+1): "
+                "they are swapped", _sin_swapped),
+        Mistake("exponent i/D", HINT_I_OVER_D, _sin_i_over_d),
+        Mistake("exponent of the column", "both columns of pair i share one frequency base^(−2i/D): column "
+                "2i+1 uses 2i, not 2i+1 (e.g. torch.arange(0, D, 2) for both)", _sin_column_exponent),
+        Mistake("positive exponent", HINT_POSITIVE, _sin_positive_exponent),
+        Mistake("base ignored", HINT_BASE, _sin_base_ignored),
+        Mistake("positions from 1", "positions start at 0: row p of the table is position p "
+                "(torch.arange(num_positions))", _sin_from_one),
+    ),
+    "rope_cos_sin": (
+        Mistake("repeat_interleave", "repeat_interleave gives the interleaved layout (θ0, θ0, θ1, θ1, …); "
+                "rotate-half tables are cat(freqs, freqs, -1) = (θ0, θ1, …, θ0, θ1, …)", _rope_repeat_interleave),
+        Mistake("exponent i/Dh", HINT_I_OVER_D, _rope_i_over_d),
+        Mistake("positive exponent", HINT_POSITIVE, _rope_positive_exponent),
+        Mistake("base ignored", HINT_BASE, _rope_base_ignored),
+        Mistake("arange instead of positions", HINT_POSITIONS, _rope_arange),
+        Mistake("(sin, cos)", "return (cos, sin), in that order", _rope_swapped),
+        Mistake("half width", "cos and sin have Dh columns: emb = cat(freqs, freqs, -1) repeats the Dh/2 "
+                "angles once more", _rope_half_width),
+    ),
+    "rotate_half": (
+        Mistake("sign on the first half", "rotate_half(x) = cat(−x2, x1): the minus goes on the second half, "
+                "which moves to the front", _rot_sign),
+        Mistake("no minus", "negate the second half: cat(−x2, x1); without the minus it is a swap, not a "
+                "rotation by 90°", _rot_no_minus),
+        Mistake("rotate_every_two", "rotate_half pairs channel i with i + Dh/2 (the two halves), not "
+                "neighbours (2i, 2i+1): that is GPT-J's rotate_every_two", _rot_every_two),
+        Mistake("first axis", "split and concatenate along the last axis (dim=-1), the head dimension",
+                _rot_first_axis),
+        Mistake("halves not swapped", "the halves change places: cat(−x2, x1) puts the negated second half "
+                "first and the first half second", _rot_minus_first),
+    ),
+    "apply_rope": (
+        Mistake("minus", "x·cos + rotate_half(x)·sin: with a minus the rotation goes backwards (by −θ)",
+                _apply_minus),
+        Mistake("no rotate_half", "multiply sin with rotate_half(x), not with x itself", _apply_no_rotate),
+        Mistake("rotate_every_two", "the tables are in rotate-half layout: pair with rotate_half (the halves), "
+                "not neighbours (2i, 2i+1)", _apply_every_two),
+        Mistake("cos and sin swapped", "cos multiplies x and sin multiplies rotate_half(x)", _apply_swapped),
+        Mistake("batch paired with heads", HINT_HEAD_AXIS.replace("positions (B, T)", "tables (B, T, Dh)"),
+                _apply_batch_as_heads),
+    ),
+    "apply_rope_interleaved": (
+        Mistake("rotate-half pairs", "this exercise pairs neighbours (2i, 2i+1); pairing channel i with "
+                "i + Dh/2 is the rotate-half layout", _inter_half_pairs),
+        Mistake("position 0", HINT_POSITIONS, _inter_position_zero),
+        Mistake("arange", HINT_POSITIONS, _inter_arange),
+        Mistake("sign", "out[2i] = x[2i]·cos − x[2i+1]·sin and out[2i+1] = x[2i]·sin + x[2i+1]·cos: these "
+                "signs rotate by −θ", _inter_sign),
+        Mistake("cat(freqs, freqs)", "pair (2i, 2i+1) shares the frequency θ_i: repeat each angle in place "
+                "(repeat_interleave(2)), not cat(freqs, freqs), for the interleaved pairing", _inter_cat_freqs),
+        Mistake("exponent i/Dh", HINT_I_OVER_D, _inter_i_over_d),
+        Mistake("base ignored", HINT_BASE, _inter_base_ignored),
+        Mistake("batch paired with heads", HINT_HEAD_AXIS, _inter_batch_as_heads),
+    ),
+    "permute_for_rotate_half": (
+        Mistake("inverse permutation", "this is the inverse permutation (rotate-half → interleaved): within "
+                "a head, new row j is old row 2j and new row Dh/2 + j is old row 2j + 1", _perm_inverse),
+        Mistake("heads ignored", "permute within each head: rows h·Dh … (h+1)·Dh − 1 are head h "
+                "(view(H, Dh // 2, 2, D)), not the whole matrix as one head", _perm_heads_ignored),
+        Mistake("unchanged", "the rows must be reordered: the interleaved layout pairs rows (2j, 2j+1) of a "
+                "head, rotate-half pairs rows (j, Dh/2 + j)", _perm_unchanged),
+        Mistake("columns", "reorder the rows (output features: weight is (H·Dh, D) = (out, in)), not the "
+                "columns", _perm_columns),
+        Mistake("heads strided", "head h is a block of Dh consecutive rows (view(H, Dh // 2, 2, D)), not "
+                "every H-th row", _perm_heads_interleaved),
+    ),
+    "alibi_slopes": (
+        Mistake("power-of-two rule for every H", "2^(−8h/H) is the rule for H a power of two only: otherwise "
+                "take the n = 2^floor(log2 H) slopes of n heads, then every other slope of 2n heads "
+                "(h = 1, 3, 5, …)", _slopes_pow2_everywhere),
+        Mistake("even h of 2n", "the extra slopes are the slopes of 2n heads at odd h (1, 3, 5, …), "
+                "i.e. slopes_2n[0::2], not [1::2]", _slopes_even_h),
+        Mistake("first of 2n", "take every other slope of 2n heads (slopes_2n[0::2]), not the first H − n",
+                _slopes_first_of_2n),
+        Mistake("h from 0", "h runs from 1 to H: the first slope is 2^(−8/H), not 1", _slopes_from_zero),
+        Mistake("no 8", "the slopes are 2^(−8h/H): the exponent has the factor 8 (the last slope is 2^−8)",
+                _slopes_no_eight),
+        Mistake("ascending", "list the slopes from the largest, 2^(−8/H), down to the smallest", _slopes_reversed),
+        Mistake("power above", "start from the closest power of two below H (n = 2^floor(log2 H)), then add "
+                "every other slope of 2n heads", _slopes_power_above),
+    ),
+    "alibi_bias": (
+        Mistake("BLOOM's slope·k_pos", "BLOOM's slope · k_pos gives the same attention after the softmax "
+                "but a different tensor: the bias is −slope · (q_pos − k_pos)", _bias_bloom),
+        Mistake("|q − k|", "−slope·|q_pos − k_pos| is not the bias: use −slope · (q_pos − k_pos) for every "
+                "(i, j), positive above the diagonal (the causal mask removes those)", _bias_abs),
+        Mistake("top-left", "queries sit at the end (bottom-right, as the causal mask): q_pos = S − T + i, "
+                "not i", _bias_top_left),
+        Mistake("sign", "the bias is −slope · (q_pos − k_pos): keys further in the past get a more negative "
+                "bias", _bias_plus),
+        Mistake("t_k ignored", "S = t_k when it is given: the bias is (H, T, S)", _bias_square),
+    ),
+    "relative_position_bucket": (
+        Mistake("clamp off by one", "clamp the large buckets to num_buckets − 1 (num_buckets after halving "
+                "when bidirectional): the last bucket index is one below the count", _t5_clamp_off_by_one),
+        Mistake("not halved", "with bidirectional=True each direction gets num_buckets // 2 buckets: halve "
+                "num_buckets first (positive distances add num_buckets // 2)", _t5_not_halved),
+        Mistake("not halved, offset halved", "with bidirectional=True each direction gets num_buckets // 2 "
+                "buckets: halve num_buckets first (positive distances add num_buckets // 2)",
+                _t5_not_halved_half_offset),
+        Mistake("query − key", "relative_position = key_pos − query_pos: positive means the key comes "
+                "after the query (the upper half of the buckets when bidirectional)", _t5_query_minus_key),
+        Mistake("future kept", "with bidirectional=False only keys before the query count: use "
+                "−min(relative_position, 0), so every key after the query falls in bucket 0", _t5_future),
+        Mistake("log(max_distance)", "the large buckets grow with log(n / max_exact) / log(max_distance / "
+                "max_exact), not / log(max_distance)", _t5_log_max_distance),
+        Mistake("rounded", "the large buckets are truncated (.to(torch.long)), not rounded", _t5_rounded),
+    ),
+    "llama3_inv_freq": (
+        Mistake("no smoothing", "frequencies whose wavelength lies between the two limits are interpolated: "
+                "(1 − s)·inv_freq/factor + s·inv_freq, s = (old_len/wavelen − low) / (high − low)",
+                _llama3_no_smoothing),
+        Mistake("multiplied by factor", "long wavelengths are stretched: divide their inv_freq by factor, "
+                "don't multiply", _llama3_multiply),
+        Mistake("weights swapped", "s weights the unscaled frequency: (1 − s)·inv_freq/factor + s·inv_freq",
+                _llama3_swapped_weights),
+        Mistake("limits swapped", "low_freq_wavelen = old_len / low_freq_factor is the long limit (scale "
+                "above it), high_freq_wavelen = old_len / high_freq_factor the short one (keep below it)",
+                _llama3_swapped_bounds),
+        Mistake("wavelength without 2π", "the wavelength of a pair is 2π / inv_freq", _llama3_no_two_pi),
+    ),
+}

@@ -170,6 +170,16 @@ WRONG: dict[str, list[Entry]] = {
                 def forward(self, x):
                     return rms_norm(x, self.weight, self.eps) + self.bias
             ''', hint="only parameter"),
+        _e("parameter named gamma", '''
+            class RMSNorm(nn.Module):
+                def __init__(self, dim, eps=1e-6):
+                    super().__init__()
+                    self.eps = eps
+                    self.gamma = nn.Parameter(torch.ones(dim))
+
+                def forward(self, x):
+                    return rms_norm(x, self.gamma, self.eps)
+            ''', hint="name the parameter weight"),
     ],
     "pre_norm_residual": [
         _e("residual from the normalised tensor", '''

@@ -74,11 +74,23 @@ def judge_dtype(j: Judge, want: torch.dtype, *, call: int = 0, index: int = 0, n
 
 
 LOAD_HINTS = {
-    "Unexpected": "make weight an nn.Parameter (self.weight = nn.Parameter(torch.ones(dim))): a plain "
-                  "tensor attribute is not part of the module's parameters, so it cannot be loaded or trained",
-    "Missing": "weight is RMSNorm's only parameter: no bias, no other nn.Parameter",
-    "size mismatch": "weight has shape (dim,): one scale per feature",
+    "renamed": "name the parameter weight (self.weight = nn.Parameter(torch.ones(dim))): the grader "
+               "loads it by that name",
+    "plain": "make weight an nn.Parameter (self.weight = nn.Parameter(torch.ones(dim))): a plain "
+             "tensor attribute is not part of the module's parameters, so it cannot be loaded or trained",
+    "extra": "weight is RMSNorm's only parameter: no bias, no other nn.Parameter",
+    "size": "weight has shape (dim,): one scale per feature",
 }
+
+
+def _load_hint(lines: list[str]) -> str | None:
+    unexpected = any(ln.startswith("Unexpected") for ln in lines)
+    missing = any(ln.startswith("Missing") for ln in lines)
+    if unexpected:
+        return LOAD_HINTS["renamed" if missing else "plain"]
+    if missing:
+        return LOAD_HINTS["extra"]
+    return LOAD_HINTS["size"] if any("size mismatch" in ln for ln in lines) else None
 
 
 def with_load_hints(judge: Callable[[Judge], None]) -> Callable[[Judge], None]:
@@ -90,8 +102,7 @@ def with_load_hints(judge: Callable[[Judge], None]) -> Callable[[Judge], None]:
                 lines = [ln.strip() for ln in o.error_message.splitlines()[1:] if ln.strip()]
                 detail = next((ln for ln in lines if "key(s)" in ln or "size mismatch" in ln),
                               lines[0] if lines else "")
-                hint = next((h for key, h in LOAD_HINTS.items() if key in detail), None)
-                j.fail(f"the weight could not be loaded by name: {detail[:100]}", hint=hint)
+                j.fail(f"the weight could not be loaded by name: {detail[:100]}", hint=_load_hint(lines))
         judge(j)
 
     return wrapped
@@ -161,8 +172,9 @@ def _token_case(exercise: str, seed: int, dtype: torch.dtype) -> Case:
         after = judge_dtype(j, dtype, call=1, shape=(2, 6, 12))
         same = torch.ones(2, 6, dtype=torch.bool)
         same[1, 3] = False
+        atol, rtol = tolerance(dtype)
         moved = [[b, t] for b in range(2) for t in range(6) if same[b, t]
-                 and not torch.allclose(after[b, t], before[b, t], atol=1e-9, rtol=1e-9)]
+                 and not torch.allclose(after[b, t], before[b, t], atol=atol, rtol=rtol)]
         j.require(not moved, f"changing x[1, 3] also changed out at (b, t) = {moved[:4]}"
                   f"{' …' if len(moved) > 4 else ''}", "each token's output may depend on its own features only",
                   call=1)

@@ -21,7 +21,12 @@ from torch import nn
 from grader.cases import cases_for, reference_outcomes
 from tfcourse.checks._calls import run_call
 from tfcourse.checks._core import HALF_TOLERANCE, judge_case
-from tfcourse.checks.nb04_normalisation import check_layer_norm, check_rms_norm, check_RMSNorm
+from tfcourse.checks.nb04_normalisation import (
+    check_layer_norm,
+    check_rms_norm,
+    check_RMSNorm,
+    visible_cases,
+)
 from tfcourse.reference import nb04_normalisation as ref
 
 pytestmark = pytest.mark.nb04
@@ -120,6 +125,22 @@ def test_hf_llama_rmsnorm_passes_every_rmsnorm_case():
         expected = reference_outcomes("04_normalisation", case) if case.reference else None
         result = judge_case(case, outcomes, expected)
         assert result.status == "passed", result.message
+
+
+def test_hf_gemma_rmsnorm_fails_with_the_one_plus_w_hint():
+    """Gemma's RMSNorm (weight starts at 0, scales by 1 + weight) is the catalogued variant: a fresh
+    one normalises like ours, one holding loaded weights does not, and the hint names (1 + weight)."""
+    modeling = pytest.importorskip("transformers.models.gemma.modeling_gemma",
+                                   reason="transformers is not installed (test-only oracle)")
+
+    class RMSNorm(modeling.GemmaRMSNorm):
+        pass
+
+    fresh, loaded = visible_cases("RMSNorm")[:2]
+    for case, status in ((fresh, "passed"), (loaded, "failed")):
+        result = judge_case(case, [run_call(c, {"RMSNorm": RMSNorm}) for c in case.calls])
+        assert result.status == status, result.message
+    assert "(1 + weight) is Gemma's variant" in result.message, result.message
 
 
 def test_builtins_pass_the_checks():

@@ -195,9 +195,9 @@ def _layer_norm_cases() -> list[Case]:
                    shift=0.5), w, b, seed=1001),
         _token_case(ex, 1011, torch.float32),
     ]
-    w, b = _weights(1022, 8, torch.float32)
-    cases.append(_norm_case(ex, "tiny inputs (±1e-3, float32), where eps = 1e-5 is larger than the variance: "
-                            "matches F.layer_norm", _x(1021, 3, 8, dtype=torch.float32, scale=1e-3), w, b, seed=1021))
+    w, b = _weights(1022, 8, dt)
+    cases.append(_norm_case(ex, f"tiny inputs (±1e-3, {_dt(dt)}), where eps = 1e-5 is larger than the variance: "
+                            "matches F.layer_norm", _x(1021, 3, 8, scale=1e-3), w, b, seed=1021))
     w, b = _weights(1032, 10, dt)
     cases.append(_norm_case(ex, "eps=1e-2 given, inputs of spread 0.1: matches F.layer_norm(eps=1e-2)",
                             _x(1031, 2, 3, 10, scale=0.1), w, b, seed=1031, eps=1e-2))

@@ -218,7 +218,7 @@ def _sinusoidal_cases() -> list[Case]:
         def judge(j: Judge) -> None:
             got = _get(j, shape=(t, d), dtype=F32)
             j.close(got, sinusoid64(t, d, base or 10000.0), atol=angle_atol(max_angle(t)), rtol=0.0,
-                    oracle="the float64 formula")
+                    oracle="the float64 formula", tol_dtype=F32)
         return judge
 
     cases.append(_case(name, "T = 64, D = 16: PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(…)",
@@ -251,7 +251,7 @@ def _rope_cos_sin_cases() -> list[Case]:
             got = [_get(j, 0, i, n=2, names=names, shape=shape, dtype=F32) for i in range(2)]
             for i in range(2):
                 j.close(got[i], want[i], name=names[i], index=i, atol=angle_atol(max_angle(positions)),
-                        rtol=0.0, oracle="cos/sin of cat(freqs, freqs) in float64")
+                        rtol=0.0, oracle="the float64 formula", tol_dtype=F32)
         return judge
 
     p1 = torch.arange(16)
@@ -293,7 +293,7 @@ def _rotate_half_cases() -> list[Case]:
 
         def judge(j: Judge, x=x) -> None:
             got = _get(j, shape=x.shape, dtype=x.dtype, hint="return the dtype of x (torch.cat keeps it)")
-            j.close(got, _times_i(x), atol=0.0, rtol=0.0, oracle="each pair (x_i, x_{i+Dh/2}) times i")
+            j.close(got, _times_i(x), atol=0.0, rtol=0.0, oracle="expected")
 
         cases.append(_case(name, f"{what}: cat(−x2, x1), exactly", [Call(name, (x,))], judge, seed=seed))
     return cases
@@ -309,8 +309,7 @@ def _apply_rope_cases() -> list[Case]:
     def value(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         def judge(j: Judge) -> None:
             got = _get(j, shape=x.shape, dtype=x.dtype, hint=X_DTYPE_HINT)
-            j.close(got, rope_oracle(x, cos, sin), tol_dtype=x.dtype,
-                    oracle="pairs (x_i, x_{i+Dh/2}) as complex numbers times cos θ + i·sin θ")
+            j.close(got, rope_oracle(x, cos, sin), tol_dtype=x.dtype, oracle="the rotated pairs")
         return judge
 
     x1 = _x(401, 2, 3, 6, 8)
@@ -381,8 +380,7 @@ def _interleaved_cases() -> list[Case]:
         def judge(j: Judge) -> None:
             got = _get(j, shape=x.shape, dtype=x.dtype, hint="return the dtype of x")
             j.close(got, interleaved_oracle(x, positions, base or 10000.0), tol_dtype=x.dtype,
-                    atol=rotation_atol(x, max_angle(positions)), rtol=0.0,
-                    oracle="pairs (x_2i, x_2i+1) as complex numbers times e^(i·p·θ_i)")
+                    atol=rotation_atol(x, max_angle(positions)), rtol=0.0, oracle="the rotated pairs")
         return judge
 
     x1 = _x(501, 2, 3, 6, 8, dtype=F32)
@@ -448,8 +446,7 @@ def _permute_cases() -> list[Case]:
         pq = _get(j, 0, shape=wq.shape, dtype=F64, hint="return the dtype of weight")
         pk = _get(j, 1, shape=wk.shape, dtype=F64, hint="return the dtype of weight")
         j.close(_scores(x, pq, pk, heads, "rotate-half"), _scores(x, wq, wk, heads, "interleaved"),
-                name="rotate-half RoPE scores with the permuted weights", call=0,
-                oracle="interleaved RoPE scores with the original weights")
+                name="scores (rotate-half, permuted W)", call=0, oracle="scores (interleaved, W)")
 
     cases.append(_case(name, "H = 3, Dh = 8: rotate-half RoPE on x @ W_permᵀ gives the q·k scores of "
                        "interleaved RoPE on x @ Wᵀ", [Call(name, (wq, heads)), Call(name, (wk, heads))], scores,
@@ -490,7 +487,7 @@ def _slopes_cases() -> list[Case]:
             for call, h in enumerate(counts):
                 got = _get(j, call, shape=(h,), dtype=F32)
                 j.close(got, torch.tensor(press_slopes(h), dtype=F64), name=f"slopes for H = {h}", call=call,
-                        atol=1e-8, rtol=1e-6, oracle="Press et al.'s get_slopes")
+                        atol=1e-8, rtol=1e-6, oracle="Press et al.")
         return judge
 
     powers, others = (1, 2, 4, 8, 16), (6, 12, 20)
@@ -520,7 +517,7 @@ def _bias_cases() -> list[Case]:
 
         def judge(j: Judge, h=h, t_q=t_q, t_k=t_k, s=s) -> None:
             got = _get(j, shape=(h, t_q, s), dtype=F32)
-            j.close(got, alibi_oracle(h, t_q, t_k), oracle="−slope_h·(q_pos − k_pos), q_pos = S − T + i",
+            j.close(got, alibi_oracle(h, t_q, t_k), oracle="the definition",
                     tol_dtype=F32)
 
         args = (h, t_q) if t_k is None else (h, t_q, t_k)

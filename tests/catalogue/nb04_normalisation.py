@@ -74,6 +74,14 @@ WRONG: dict[str, list[Entry]] = {
                 var = (h - mu).pow(2).mean(-1, keepdim=True)
                 return ((h - mu) / torch.sqrt(var + 1e-5) * weight + bias).to(x.dtype)
             ''', hint="use the eps argument"),
+        _e("forgot the bias", '''
+            def layer_norm(x, weight, bias, eps=1e-5):
+                x32 = x.to(torch.float32) if x.dtype in (torch.float16, torch.bfloat16) else x
+                mean = x32.mean(-1, keepdim=True)
+                var = x32.var(-1, keepdim=True, unbiased=False)
+                x_hat = (x32 - mean) / torch.sqrt(var + eps)
+                return (weight * x_hat).to(x.dtype)
+            ''', hint="finish with * weight + bias"),
     ],
     "rms_norm": [
         _e("mean subtracted", '''
@@ -224,6 +232,11 @@ WRONG: dict[str, list[Entry]] = {
                 h = norm(x)
                 return norm(h + sublayer(h))
             ''', hint="the sublayer reads x itself"),
+        _e("norm applied twice", '''
+            def post_norm_residual(x, sublayer, norm):
+                h = norm(x + sublayer(x))
+                return norm(h)
+            ''', hint="call norm exactly once"),
     ],
     "rms_norm_backward": [
         _e("rms treated as a constant", '''

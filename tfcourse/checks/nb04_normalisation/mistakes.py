@@ -51,6 +51,7 @@ HINTS = {
     "rms_no_weight": "finish with * weight (RMSNorm's learned scale, one per feature)",
     "weight_zeros": "initialise weight to ones (nn.Parameter(torch.ones(dim))): a fresh RMSNorm is "
                     "the plain normalisation; zeros give an output of zeros",
+    "norm_twice": "call norm exactly once: norm(norm(...)) applies the norm's weight (and bias) twice",
     "residual_normed": "the residual stream carries x itself: x + sublayer(norm(x)), not "
                        "norm(x) + sublayer(norm(x))",
     "pre_is_post": "pre-norm normalises the sublayer's input: x + sublayer(norm(x)); norm(x + "
@@ -129,6 +130,18 @@ def _ln_no_affine(x, weight, bias, eps=1e-5):
     return _ln(x, weight, bias, eps, affine=False)
 
 
+def _ln_no_bias(x, weight, bias, eps=1e-5):
+    return _ln(x, weight, torch.zeros_like(bias), eps)
+
+
+def _ln_axis0(x, weight, bias, eps=1e-5):
+    return _ln(x, weight, bias, eps, dims=(0,))
+
+
+def _ln_axis1(x, weight, bias, eps=1e-5):
+    return _ln(x, weight, bias, eps, dims=(1,))
+
+
 # ---------------------------------------------------------------------------------------------
 # rms_norm(x, weight, eps=1e-6)
 # ---------------------------------------------------------------------------------------------
@@ -183,6 +196,14 @@ def _rms_gemma(x, weight, eps=1e-6):
 
 def _rms_td(x, weight, eps=1e-6):
     return _rms(x, weight, eps, dims=(-2, -1) if x.dim() >= 2 else (-1,))
+
+
+def _rms_axis0(x, weight, eps=1e-6):
+    return _rms(x, weight, eps, dims=(0,))
+
+
+def _rms_axis1(x, weight, eps=1e-6):
+    return _rms(x, weight, eps, dims=(1,))
 
 
 def _rms_no_sqrt(x, weight, eps=1e-6):
@@ -242,6 +263,14 @@ def _pre_norm_after(x, sublayer, norm):
 
 def _pre_final_norm(x, sublayer, norm):
     return norm(x + sublayer(norm(x)))
+
+
+def _pre_norm_twice(x, sublayer, norm):
+    return x + sublayer(norm(norm(x)))
+
+
+def _post_norm_twice(x, sublayer, norm):
+    return norm(norm(x + sublayer(x)))
 
 
 def _post_sublayer_only(x, sublayer, norm):
@@ -309,6 +338,9 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("statistics over T and D", HINTS["wrong_axes"], _ln_td),
         Mistake("statistics over everything", HINTS["wrong_axes"], _ln_all),
         Mistake("no weight and bias", HINTS["no_affine"], _ln_no_affine),
+        Mistake("no bias", HINTS["no_affine"], _ln_no_bias),
+        Mistake("statistics over axis 0", HINTS["wrong_axes"], _ln_axis0),
+        Mistake("statistics over axis 1", HINTS["wrong_axes"], _ln_axis1),
     ),
     "rms_norm": (
         Mistake("mean subtracted", HINTS["rms_mean"], _rms_mean),
@@ -318,6 +350,8 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("squares in half", HINTS["half_stats"], _rms_half_stats),
         Mistake("(1 + w)", HINTS["gemma"], _rms_gemma),
         Mistake("statistics over T and D", HINTS["wrong_axes"], _rms_td),
+        Mistake("statistics over axis 0", HINTS["wrong_axes"], _rms_axis0),
+        Mistake("statistics over axis 1", HINTS["wrong_axes"], _rms_axis1),
         Mistake("no square root", HINTS["no_sqrt"], _rms_no_sqrt),
         Mistake("L2 norm", HINTS["l2_norm"], _rms_l2),
         Mistake("no weight", HINTS["rms_no_weight"], _rms_no_weight),
@@ -340,6 +374,7 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("no residual", HINTS["no_residual"], _pre_no_residual),
         Mistake("norm on the output", HINTS["norm_after_sublayer"], _pre_norm_after),
         Mistake("norm around the sum too", HINTS["final_norm"], _pre_final_norm),
+        Mistake("norm applied twice", HINTS["norm_twice"], _pre_norm_twice),
     ),
     "post_norm_residual": (
         Mistake("norm on the sublayer only", HINTS["post_sublayer_only"], _post_sublayer_only),
@@ -347,6 +382,7 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("no residual", HINTS["no_residual"], _post_no_residual),
         Mistake("sublayer reads norm(x)", HINTS["post_normed_input"], _post_normed_input),
         Mistake("residual from norm(x)", HINTS["post_normed_input"], _post_residual_normed),
+        Mistake("norm applied twice", HINTS["norm_twice"], _post_norm_twice),
     ),
     "rms_norm_backward": (
         Mistake("rms as a constant", HINTS["bw_rms_constant"], _bw_rms_constant),

@@ -1,4 +1,4 @@
-"""Notebook 03's reference agrees with the implementations learners will meet (issue 8).
+"""Notebook 03: the reference agrees with the implementations learners will meet (issue 8).
 
 Hugging Face ``transformers`` (a test-only dependency, random-init configs, nothing downloaded):
 
@@ -15,12 +15,16 @@ Hugging Face ``transformers`` (a test-only dependency, random-init configs, noth
 * ``llama3_inv_freq`` = ``ROPE_INIT_FUNCTIONS["llama3"]``.
 
 The Hugging Face functions themselves also pass the notebook's visible checks (they are correct
-answers written another way).
+answers written another way). Without transformers those tests are skipped with the reason; the
+last two run anyway: the angle-scaled tolerance (docs/conventions.md) accepts float32, float64
+and complex angles at position 4095 with room and fails every catalogued mistake by far, and
+every catalogued mistake, taken as the answer, gets its own hint from the visible checks.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import warnings
 from contextlib import redirect_stdout
 
@@ -28,6 +32,8 @@ import pytest
 import torch
 
 from tfcourse.checks import nb03_positional_encodings as checks
+from tfcourse.checks._core import CheckFailed
+from tfcourse.checks.nb03_positional_encodings import cases
 from tfcourse.device import make_generator
 from tfcourse.reference import nb03_positional_encodings as ref
 
@@ -42,8 +48,11 @@ try:
         from transformers.models.gptj import modeling_gptj as gptj
         from transformers.models.llama import modeling_llama as llama
         from transformers.models.t5.modeling_t5 import T5Attention
+    MISSING = None
 except ImportError as error:  # transformers is a test-only dependency
-    pytest.skip(f"transformers is not installed ({error})", allow_module_level=True)
+    MISSING = f"transformers is not installed ({error})"
+
+needs_hf = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 
 def _randn(seed: int, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -59,6 +68,7 @@ def _llama_config(head_dim: int, rope_parameters: dict) -> LlamaConfig:
 # ---------------------------------------------------------------------------------------------
 # rotate-half RoPE: Llama
 # ---------------------------------------------------------------------------------------------
+@needs_hf
 @pytest.mark.parametrize(("head_dim", "base"), [(16, 10000.0), (64, 500000.0), (2, 100.0)])
 def test_rope_cos_sin_is_llamas_rotary_embedding(head_dim, base):
     emb = llama.LlamaRotaryEmbedding(_llama_config(head_dim, {"rope_type": "default", "rope_theta": base}))
@@ -72,6 +82,7 @@ def test_rope_cos_sin_is_llamas_rotary_embedding(head_dim, base):
     torch.testing.assert_close(sin1, hf_sin[1], atol=1e-6, rtol=0)
 
 
+@needs_hf
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
 def test_rotate_half_and_apply_rope_are_llamas(dtype):
     q, k = _randn(1, 2, 3, 6, 8).to(dtype), _randn(2, 2, 3, 6, 8).to(dtype)
@@ -96,6 +107,7 @@ def _gptj_rotary(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return gptj.apply_rotary_pos_emb(x.transpose(1, 2), sin, cos).transpose(1, 2)
 
 
+@needs_hf
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_apply_rope_interleaved_is_gptjs_rotary(dtype):
     x = _randn(3, 2, 4, 5, 16).to(dtype)
@@ -106,6 +118,7 @@ def test_apply_rope_interleaved_is_gptjs_rotary(dtype):
                                atol=1e-5 if dtype == torch.float32 else 1e-12, rtol=0)
 
 
+@needs_hf
 @pytest.mark.parametrize(("num_heads", "head_dim"), [(2, 8), (4, 16), (1, 6)])
 def test_permuted_weights_give_gptj_scores_under_llama_rotary(num_heads, head_dim):
     d = num_heads * head_dim
@@ -129,12 +142,14 @@ def test_permuted_weights_give_gptj_scores_under_llama_rotary(num_heads, head_di
 # ---------------------------------------------------------------------------------------------
 # ALiBi: BLOOM
 # ---------------------------------------------------------------------------------------------
+@needs_hf
 @pytest.mark.parametrize("num_heads", range(1, 33))
 def test_alibi_slopes_are_blooms(num_heads):
     bloom = build_alibi_tensor(torch.ones(1, 4), num_heads, torch.float32)  # (H, 1, S): slope · key_pos
     torch.testing.assert_close(ref.alibi_slopes(num_heads), bloom[:, 0, 1], atol=0, rtol=1e-6)
 
 
+@needs_hf
 @pytest.mark.parametrize(("num_heads", "t"), [(6, 7), (8, 5), (12, 1)])
 def test_alibi_bias_is_blooms_up_to_a_constant_per_row(num_heads, t):
     ours = ref.alibi_bias(num_heads, t).double()  # (H, T, T)
@@ -155,6 +170,7 @@ def test_alibi_bias_is_blooms_up_to_a_constant_per_row(num_heads, t):
 # ---------------------------------------------------------------------------------------------
 # T5 buckets
 # ---------------------------------------------------------------------------------------------
+@needs_hf
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize(("num_buckets", "max_distance"), [(32, 128), (64, 256), (16, 40), (10, 50), (8, 20)])
 def test_relative_position_bucket_is_t5s(bidirectional, num_buckets, max_distance):
@@ -168,6 +184,7 @@ def test_relative_position_bucket_is_t5s(bidirectional, num_buckets, max_distanc
 # ---------------------------------------------------------------------------------------------
 # Llama 3.1 frequencies
 # ---------------------------------------------------------------------------------------------
+@needs_hf
 @pytest.mark.parametrize(("head_dim", "params"), [
     (128, {"rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
            "original_max_position_embeddings": 8192}),
@@ -194,12 +211,63 @@ def _bloom_slopes(num_heads: int) -> torch.Tensor:
     return build_alibi_tensor(torch.ones(1, 2), num_heads, torch.float32)[:, 0, 1].contiguous()
 
 
-@pytest.mark.parametrize(("exercise", "answer"), [
-    ("rotate_half", llama.rotate_half),
-    ("relative_position_bucket", T5Attention._relative_position_bucket),
-    ("alibi_slopes", _bloom_slopes),
-])
-def test_hugging_face_functions_pass_the_checks(exercise, answer):
+@needs_hf
+@pytest.mark.parametrize("exercise", ["rotate_half", "relative_position_bucket", "alibi_slopes"])
+def test_hugging_face_functions_pass_the_checks(exercise):
+    answer = {"rotate_half": lambda: llama.rotate_half,
+              "relative_position_bucket": lambda: T5Attention._relative_position_bucket,
+              "alibi_slopes": lambda: _bloom_slopes}[exercise]()
     with redirect_stdout(io.StringIO()) as printed:
         getattr(checks, f"check_{exercise}")(answer)
     assert printed.getvalue().startswith("✓")
+
+
+# ---------------------------------------------------------------------------------------------
+# The angle-scaled tolerance: every correct form passes with room, every catalogued mistake fails
+# (no transformers needed), and each catalogued mistake is told apart by the visible cases
+# ---------------------------------------------------------------------------------------------
+def _exp_log_table(t: int, d: int) -> torch.Tensor:  # the PyTorch tutorial's float32 form
+    position = torch.arange(t).unsqueeze(1)
+    div = torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))
+    pe = torch.zeros(t, d)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(position * div), torch.cos(position * div)
+    return pe
+
+
+def _polar(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:  # Meta's precompute_freqs_cis
+    dim = x.shape[-1]
+    freqs = positions.float()[..., None] / (10000.0 ** (torch.arange(0, dim, 2).float() / dim))
+    x_ = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(x_ * torch.polar(torch.ones_like(freqs), freqs)).flatten(-2).type_as(x)
+
+
+def test_angle_tolerance_accepts_every_correct_form_and_catches_every_mistake_at_position_4095():
+    t, d = 4096, 64
+    want, tol = cases.sinusoid64(t, d), cases.angle_atol(t - 1)
+    ratios = {"reference": ref.sinusoidal_position_encoding(t, d), "exp/log": _exp_log_table(t, d),
+              "float64": cases.sinusoid64(t, d).float()}
+    worst = max(float((v.double() - want).abs().max()) / tol for v in ratios.values())
+    bugs = {m.name: float((m.fn(t, d).double() - want).abs().max()) / tol
+            for m in checks.MISTAKES["sinusoidal_position_encoding"] if m.name != "base ignored"}
+    x, positions = _randn(8, 2, 4, 16, 64), torch.arange(4080, 4096)
+    exact, rtol = cases.interleaved_oracle(x, positions), cases.rotation_atol(x, 4095)
+    for answer in (ref.apply_rope_interleaved(x, positions), _polar(x, positions),
+                   ref.apply_rope_interleaved(x.float(), positions)):
+        worst = max(worst, float((answer.double() - exact).abs().max()) / rtol)
+    for m in checks.MISTAKES["apply_rope_interleaved"]:
+        if m.name not in ("base ignored", "batch paired with heads"):  # equal to correct here by design
+            bugs[m.name] = float((m.fn(x, positions).double() - exact).abs().max()) / rtol
+    print(f"\nworst correct {worst:.3f} of the tolerance; smallest bug {min(bugs.values()):.0f}x")
+    assert worst < 0.5, worst
+    assert min(bugs.values()) > 50, bugs
+
+
+@pytest.mark.parametrize("exercise", checks.EXERCISES)
+def test_every_catalogued_mistake_fails_its_check_with_its_own_hint(exercise):
+    """A hint is shown only when one catalogued mistake explains the answer: each mistake, taken
+    as the answer, must fail the visible checks and get its own hint (no other mistake on that
+    case reproduces it)."""
+    for mistake in checks.MISTAKES[exercise]:
+        with pytest.raises(CheckFailed) as failure, redirect_stdout(io.StringIO()):
+            getattr(checks, f"check_{exercise}")(mistake.fn)
+        assert f"hint: {mistake.hint}" in str(failure.value), (mistake.name, str(failure.value))

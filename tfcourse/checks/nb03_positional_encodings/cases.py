@@ -266,9 +266,9 @@ def _rope_cos_sin_cases() -> list[Case]:
 
     def odd(j: Judge) -> None:
         _raises(j, "head_dim = 7", "check head_dim % 2 first and raise ValueError: RoPE rotates pairs of "
-                "channels", names="head_dim")
+                "channels")
 
-    cases.append(Case(name, "head_dim = 7 (odd): raises ValueError naming head_dim",
+    cases.append(Case(name, "head_dim = 7 (odd): raises ValueError",
                       [Call(name, (torch.arange(3), 7))], odd))
     return cases
 

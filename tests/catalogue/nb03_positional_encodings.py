@@ -145,6 +145,17 @@ WRONG: dict[str, list[Entry]] = {
                 freqs = positions.float()[..., None] * inv_freq
                 return freqs.cos(), freqs.sin()
             ''', hint="cos and sin have Dh columns"),
+        _e("position_ids made 2-D as in Hugging Face", '''
+            def rope_cos_sin(positions, head_dim, base=10000.0):
+                if head_dim % 2:
+                    raise ValueError(f"head_dim = {head_dim} must be even")
+                if positions.dim() == 1:
+                    positions = positions.unsqueeze(0)  # (1, T), like position_ids
+                inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim)).to(positions.device)
+                freqs = (inv_freq[None, :, None] @ positions[:, None, :].float()).transpose(1, 2)
+                emb = torch.cat((freqs, freqs), dim=-1)
+                return emb.cos(), emb.sin()
+            ''', hint="with no batch axis added"),
         _e("multiplies by base^(2i/Dh)", '''
             def rope_cos_sin(positions, head_dim, base=10000.0):
                 if head_dim % 2:

@@ -109,6 +109,11 @@ def _rope(positions, head_dim, base=10000.0, *, exponent="2i/D", layout="cat", u
     return (cos, sin) if order == "cos,sin" else (sin, cos)
 
 
+def _rope_batch_axis(positions, head_dim, base=10000.0):
+    cos, sin = _rope(positions, head_dim, base)
+    return (cos[None], sin[None]) if positions.dim() == 1 else (cos, sin)
+
+
 def _rope_repeat_interleave(positions, head_dim, base=10000.0):
     return _rope(positions, head_dim, base, layout="repeat_interleave")
 
@@ -513,6 +518,9 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("base ignored", HINT_BASE, _rope_base_ignored),
         Mistake("arange instead of positions", HINT_POSITIONS, _rope_arange),
         Mistake("(sin, cos)", "return (cos, sin), in that order", _rope_swapped),
+        Mistake("batch axis added", "the tables have shape positions.shape + (Dh,): (T, Dh) for positions "
+                "(T,), with no batch axis added (Hugging Face's position_ids are (B, T); these may be (T,))",
+                _rope_batch_axis),
         Mistake("half width", "cos and sin have Dh columns: emb = cat(freqs, freqs, -1) repeats the Dh/2 "
                 "angles once more", _rope_half_width),
     ),

@@ -122,3 +122,63 @@ def test_outcomes_from_a_child_are_validated():
 def test_torch_module_arguments_are_whitelisted():
     with pytest.raises(ValueError, match="not one of"):
         TorchModule("Module", {}, {}).build()
+
+
+def _double(x, *, scale=2.0):
+    return x * scale
+
+
+def _double_in_place(x, *, scale=2.0):
+    x *= scale
+    return x
+
+
+def _double_into_a_view(x, *, scale=2.0):
+    out = x.view(-1)  # a view shares the caller's memory
+    out[0] = 7.0
+    return x.clone() * scale
+
+
+def _double_in_place_in_a_list(xs, *, scale=2.0):
+    xs[1].mul_(scale)
+    return xs[0] * scale
+
+
+@pytest.mark.parametrize("answer, changed", [
+    (_double, None), (_double_in_place, "`x`"), (_double_into_a_view, "`x`"),
+])
+def test_an_answer_that_writes_into_its_input_fails_and_names_it(answer, changed):
+    x = torch.tensor([[1.0, float("nan")], [3.0, 4.0]], dtype=torch.float64)  # NaN: unchanged is not "!="
+    outcome = run_call(Call("f", (x,)), {"f": answer})
+    assert torch.isnan(x[0, 1]) and x[0, 0] == 1.0, "the check's own tensor must never change"
+    if changed is None:
+        assert outcome.ok
+        return
+    assert outcome.kind == "error" and outcome.error_type == "ModifiedInput", outcome
+    assert changed in outcome.error_message and "in place" in outcome.error_message
+
+    def judge(j):
+        j.close(j.tensor(shape=(2, 2), dtype=torch.float64), x * 2, oracle="x * 2")
+
+    result = judge_case(Case("f", "doubles x", [Call("f", (x,))], judge), [outcome])
+    assert result.status == "failed" and "changed its input in place" in result.message
+    assert "hint: the tensor passed as `x`" in result.message
+
+
+def test_tensors_inside_a_list_argument_and_module_inputs_are_watched():
+    xs = [torch.ones(3), torch.ones(3)]
+    outcome = run_call(Call("f", (xs,)), {"f": _double_in_place_in_a_list})
+    assert outcome.error_type == "ModifiedInput" and "`xs`[1]" in outcome.error_message
+
+    class Scale(torch.nn.Module):
+        def __init__(self, in_place: bool):
+            super().__init__()
+            self.in_place = in_place
+
+        def forward(self, hidden):
+            return hidden.mul_(2) if self.in_place else hidden * 2
+
+    for in_place in (False, True):
+        outcome = run_call(Call("Scale", (in_place,), forward_args=(torch.ones(2, 3),)), {"Scale": Scale})
+        assert (outcome.error_type == "ModifiedInput") == in_place, outcome
+        assert not in_place or "`hidden`" in outcome.error_message

@@ -10,13 +10,14 @@ an object that claims to be equal to something) or the exception that was raised
 
 from __future__ import annotations
 
+import inspect
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-__all__ = ["Call", "DEVICE", "TorchModule", "Outcome", "load_parameters", "run_call", "TORCH_MODULES"]
+__all__ = ["Call", "DEVICE", "MODIFIED_INPUT", "TorchModule", "Outcome", "load_parameters", "run_call", "TORCH_MODULES"]
 
 # An argument that stands for "the device the check runs on" (cpu in a notebook, the grader's
 # --device in the grader): ``Call("causal_mask", (4,), {"device": DEVICE})``.
@@ -215,16 +216,67 @@ def outcome_of_exception(exc: BaseException) -> Outcome:
     )
 
 
+# The error type of an answer that changed a tensor it was given (see run_call).
+MODIFIED_INPUT = "ModifiedInput"
+
+
+def _tensor_leaves(value: Any, path: str) -> list[tuple[str, torch.Tensor]]:
+    if isinstance(value, torch.Tensor):
+        return [(path, value)]
+    if isinstance(value, tuple | list):
+        return [leaf for i, v in enumerate(value) for leaf in _tensor_leaves(v, f"{path}[{i}]")]
+    if isinstance(value, dict):
+        return [leaf for k, v in value.items() for leaf in _tensor_leaves(v, f"{path}[{k!r}]")]
+    return []
+
+
+def _watch(fn: Any, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """(name, tensor handed to ``fn``, a copy) for every tensor among the arguments."""
+    try:
+        named = dict(inspect.signature(fn).bind_partial(*args, **kwargs).arguments)
+    except (TypeError, ValueError):  # a signature that does not take these: the call will say so
+        named = {**{f"argument {i + 1}": a for i, a in enumerate(args)}, **kwargs}
+    return [(name, t, t.clone()) for key, value in named.items() for name, t in _tensor_leaves(value, f"`{key}`")]
+
+
+def _unchanged(t: torch.Tensor, copy: torch.Tensor) -> bool:
+    if t.shape != copy.shape or t.dtype != copy.dtype:
+        return False
+    same = t == copy
+    if t.is_floating_point() or t.is_complex():
+        same = same | (t.isnan() & copy.isnan())
+    return bool(same.all())
+
+
+def _modified(watched: list[tuple[str, torch.Tensor, torch.Tensor]]) -> Outcome | None:
+    """An error outcome naming the first argument that changed in place, or None."""
+    for name, t, copy in watched:
+        if not _unchanged(t, copy):
+            return Outcome("error", error_type=MODIFIED_INPUT, error_message=(
+                f"the tensor passed as {name} was changed in place (the caller's tensor is different "
+                "after the call): compute a new tensor (x = x * s), don't write into the input "
+                "(x *= s, x.mul_(s), x[...] = ...)"))
+    return None
+
+
 def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str | None = None) -> Outcome:
     """Run ``call`` against the objects in ``namespace``; never raises (except KeyboardInterrupt
-    in a notebook, so that the stop button still works)."""
+    in a notebook, so that the stop button still works).
+
+    An answer that changes a tensor it was given (an argument or a forward input) gets an error
+    outcome of type ``MODIFIED_INPUT`` instead of its result: the course's functions and modules
+    leave their inputs as they were (docs/conventions.md), as a caller that keeps using the
+    tensor (a residual stream, a KV cache) relies on."""
     target = namespace.get(call.target)
     if target is None:
         return Outcome("error", error_type="NameError", error_message=f"`{call.target}` is not defined")
     try:
         args = _materialize(call.args, device)
         kwargs = _materialize(call.kwargs, device)
+        watched = _watch(target, args, kwargs)
         result = target(*args, **kwargs)
+        if (modified := _modified(watched)) is not None:
+            return modified
         if call.state is not None:
             if not isinstance(result, torch.nn.Module):
                 return Outcome("bad_type", type_name=f"{type(result).__name__} (expected an nn.Module)")
@@ -236,9 +288,13 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
             if not isinstance(result, torch.nn.Module):
                 return Outcome("bad_type", type_name=f"{type(result).__name__} (expected an nn.Module)")
             result.eval()
+            forward_args = _materialize(call.forward_args, device)
+            forward_kwargs = _materialize(call.forward_kwargs, device)
+            watched = _watch(result.forward, forward_args, forward_kwargs)
             with torch.no_grad():
-                result = result(*_materialize(call.forward_args, device),
-                                **_materialize(call.forward_kwargs, device))
+                result = result(*forward_args, **forward_kwargs)
+            if (modified := _modified(watched)) is not None:
+                return modified
         return outcome_of(result)
     except KeyboardInterrupt:
         raise

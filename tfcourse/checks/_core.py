@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 import torch
 
 from ..notebook import bound_names, demo_names, normalise_source
-from ._calls import Call, Outcome, run_call
+from ._calls import MODIFIED_INPUT, Call, Outcome, run_call
 
 __all__ = [
     "Case",
@@ -369,6 +369,10 @@ def judge_case(case: Case, outcomes: list[Outcome], expected: list[Outcome] | No
         return CaseResult("failed", str(failure))
     except _CallRaised as raised:
         o = raised.outcome
+        if o.error_type == MODIFIED_INPUT:
+            return CaseResult("failed", f"✗ {case.exercise}: changed its input in place\n"
+                              f"  while checking: {case.title}\n  inputs: {case.inputs()}\n"
+                              f"  hint: {o.error_message}")
         msg = (f"✗ {case.exercise}: raised {o.error_line()}\n"
                f"  while checking: {case.title}\n  inputs: {case.inputs()}")
         return CaseResult("error", msg, error=o)

@@ -125,6 +125,11 @@ WRONG: dict[str, list[Entry]] = {
                 h = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
                 return (h / (h.pow(2).mean(-1, keepdim=True) + eps) * weight).to(x.dtype)
             ''', hint="divide by the root mean square"),
+        _e("no eps at all", '''
+            def rms_norm(x, weight, eps=1e-6):
+                h = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+                return (h / h.pow(2).mean(-1, keepdim=True).sqrt() * weight).to(x.dtype)
+            ''', hint="add eps to the mean of the squares"),
     ],
     "RMSNorm": [
         _e("weight initialised to zeros", '''
@@ -213,6 +218,10 @@ WRONG: dict[str, list[Entry]] = {
                 out = x + sublayer(norm(x))
                 return norm(out)
             ''', hint="no norm around the sum"),
+        _e("norm on the sublayer's input and on its output", '''
+            def pre_norm_residual(x, sublayer, norm):
+                return x + norm(sublayer(norm(x)))
+            ''', hint="normalise only the sublayer's input"),
     ],
     "post_norm_residual": [
         _e("post-norm on the sublayer output only", '''
@@ -237,6 +246,10 @@ WRONG: dict[str, list[Entry]] = {
                 h = norm(x + sublayer(x))
                 return norm(h)
             ''', hint="call norm exactly once"),
+        _e("normalised input as the residual, no norm after the add", '''
+            def post_norm_residual(x, sublayer, norm):
+                return norm(x) + sublayer(norm(x))
+            ''', hint="normalises after the residual add"),
     ],
     "rms_norm_backward": [
         _e("rms treated as a constant", '''
@@ -279,7 +292,15 @@ WRONG: dict[str, list[Entry]] = {
                 g = grad_out * weight
                 grad_x = r * (g - xhat * (g * xhat).mean(-1, keepdim=True))
                 return grad_x, (grad_out * xhat).sum(-1)
-            '''),
+            ''', hint="over every axis but the last"),
+        _e("grad_weight summed over the first axis only", '''
+            def rms_norm_backward(grad_out, x, weight, eps=1e-6):
+                r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+                xhat = x * r
+                g = grad_out * weight
+                grad_x = r * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+                return grad_x, (grad_out * xhat).sum(dim=0)
+            ''', hint="sum grad_weight (grad_out · x̂) over every axis but the last"),
     ],
 }
 

@@ -31,6 +31,8 @@ HINTS = {
                    "* torch.rsqrt(mean(x ** 2) + eps) (RMSNorm), not / (sqrt(...) + eps)",
     "no_eps": "add eps to the variance before the square root: without it, inputs whose spread is "
               "close to eps (or zero) blow up",
+    "rms_no_eps": "add eps to the mean of the squares before the square root: without it, inputs "
+                  "whose mean square is close to eps (or zero) blow up",
     "eps_ignored": "use the eps argument you are given: a hard-coded 1e-5 / 1e-6 ignores eps=...",
     "half_stats": "compute the statistics in float32 for float16/bfloat16 input (h = x.float()): "
                   "squares of values above 256 overflow float16 to inf",
@@ -52,6 +54,8 @@ HINTS = {
     "weight_zeros": "initialise weight to ones (nn.Parameter(torch.ones(dim))): a fresh RMSNorm is "
                     "the plain normalisation; zeros give an output of zeros",
     "norm_twice": "call norm exactly once: norm(norm(...)) applies the norm's weight (and bias) twice",
+    "pre_norm_both": "normalise only the sublayer's input: x + sublayer(norm(x)); a second norm on the "
+                     "sublayer's output calls norm twice and is not pre-norm",
     "residual_normed": "the residual stream carries x itself: x + sublayer(norm(x)), not "
                        "norm(x) + sublayer(norm(x))",
     "pre_is_post": "pre-norm normalises the sublayer's input: x + sublayer(norm(x)); norm(x + "
@@ -65,13 +69,16 @@ HINTS = {
                           "not x + norm(sublayer(x))",
     "post_is_pre": "post-norm normalises after the residual add: norm(x + sublayer(x)); "
                    "x + sublayer(norm(x)) is pre-norm",
+    "post_norm_before_add": "post-norm normalises after the residual add: norm(x + sublayer(x)); "
+                            "norm(x) + sublayer(norm(x)) normalises before it and leaves the sum "
+                            "unnormalised",
     "post_normed_input": "the sublayer reads x itself in post-norm: norm(x + sublayer(x)); the "
                          "only norm is the one around the sum",
     "bw_rms_constant": "rms depends on x too: grad_x = (g - x̂ · mean(g · x̂)) / rms with g = "
                        "grad_out · weight; dropping the second term treats rms as a constant",
     "bw_no_weight_in_gx": "the output is x̂ · weight, so the gradient reaching x̂ is grad_out · weight",
-    "bw_weight_unsummed": "weight is shared by every token: sum grad_out · x̂ over every axis but the "
-                          "last, so grad_weight has weight's shape (D,)",
+    "bw_weight_unsummed": "weight is shared by every token: sum grad_weight (grad_out · x̂) over every "
+                          "axis but the last, e.g. .reshape(-1, D).sum(0), so it has weight's shape (D,)",
     "bw_sum_not_mean": "the correction term averages over the D features: mean(g · x̂, -1), "
                        "not sum(g · x̂, -1)",
 }
@@ -269,6 +276,10 @@ def _pre_norm_twice(x, sublayer, norm):
     return x + sublayer(norm(norm(x)))
 
 
+def _pre_norm_both(x, sublayer, norm):
+    return x + norm(sublayer(norm(x)))
+
+
 def _post_norm_twice(x, sublayer, norm):
     return norm(norm(x + sublayer(x)))
 
@@ -294,15 +305,24 @@ def _post_residual_normed(x, sublayer, norm):
     return norm(h + sublayer(h))
 
 
+def _post_norm_before_add(x, sublayer, norm):
+    h = norm(x)
+    return h + sublayer(h)
+
+
 # ---------------------------------------------------------------------------------------------
 # rms_norm_backward(grad_out, x, weight, eps=1e-6) -> (grad_x, grad_weight)
 # ---------------------------------------------------------------------------------------------
 def _bw(grad_out, x, weight, eps, *, term=True, weight_in_gx=True, summed=True, reduce="mean"):
+    """summed: True (over every axis but the last), False, or the axes summed over instead."""
     d = x.size(-1)
     r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     xhat = x * r
     gw = grad_out * xhat
-    grad_weight = gw.reshape(-1, d).sum(0) if summed else gw
+    if summed is True:
+        grad_weight = gw.reshape(-1, d).sum(0)
+    else:
+        grad_weight = gw.sum(summed) if summed else gw
     g = grad_out * weight if weight_in_gx else grad_out
     if term:
         inner = (g * xhat).mean(-1, keepdim=True) if reduce == "mean" else (g * xhat).sum(-1, keepdim=True)
@@ -322,6 +342,18 @@ def _bw_no_weight(grad_out, x, weight, eps=1e-6):
 
 def _bw_unsummed(grad_out, x, weight, eps=1e-6):
     return _bw(grad_out, x, weight, eps, summed=False)
+
+
+def _bw_sum_first(grad_out, x, weight, eps=1e-6):
+    return _bw(grad_out, x, weight, eps, summed=(0,))
+
+
+def _bw_sum_first_two(grad_out, x, weight, eps=1e-6):
+    return _bw(grad_out, x, weight, eps, summed=(0, 1) if x.dim() >= 2 else (0,))
+
+
+def _bw_sum_last(grad_out, x, weight, eps=1e-6):
+    return _bw(grad_out, x, weight, eps, summed=(-1,))
 
 
 def _bw_sum(grad_out, x, weight, eps=1e-6):
@@ -345,7 +377,7 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
     "rms_norm": (
         Mistake("mean subtracted", HINTS["rms_mean"], _rms_mean),
         Mistake("eps outside the root", HINTS["eps_outside"], _rms_eps_outside),
-        Mistake("eps forgotten", HINTS["no_eps"], _rms_no_eps),
+        Mistake("eps forgotten", HINTS["rms_no_eps"], _rms_no_eps),
         Mistake("eps hard-coded", HINTS["eps_ignored"], _rms_eps_fixed),
         Mistake("squares in half", HINTS["half_stats"], _rms_half_stats),
         Mistake("(1 + w)", HINTS["gemma"], _rms_gemma),
@@ -375,6 +407,7 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("norm on the output", HINTS["norm_after_sublayer"], _pre_norm_after),
         Mistake("norm around the sum too", HINTS["final_norm"], _pre_final_norm),
         Mistake("norm applied twice", HINTS["norm_twice"], _pre_norm_twice),
+        Mistake("norm on the input and the output", HINTS["pre_norm_both"], _pre_norm_both),
     ),
     "post_norm_residual": (
         Mistake("norm on the sublayer only", HINTS["post_sublayer_only"], _post_sublayer_only),
@@ -382,12 +415,16 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("no residual", HINTS["no_residual"], _post_no_residual),
         Mistake("sublayer reads norm(x)", HINTS["post_normed_input"], _post_normed_input),
         Mistake("residual from norm(x)", HINTS["post_normed_input"], _post_residual_normed),
+        Mistake("norm before the add", HINTS["post_norm_before_add"], _post_norm_before_add),
         Mistake("norm applied twice", HINTS["norm_twice"], _post_norm_twice),
     ),
     "rms_norm_backward": (
         Mistake("rms as a constant", HINTS["bw_rms_constant"], _bw_rms_constant),
         Mistake("weight missing in grad_x", HINTS["bw_no_weight_in_gx"], _bw_no_weight),
         Mistake("grad_weight not summed", HINTS["bw_weight_unsummed"], _bw_unsummed),
+        Mistake("grad_weight summed over axis 0 only", HINTS["bw_weight_unsummed"], _bw_sum_first),
+        Mistake("grad_weight summed over axes 0 and 1 only", HINTS["bw_weight_unsummed"], _bw_sum_first_two),
+        Mistake("grad_weight summed over the last axis", HINTS["bw_weight_unsummed"], _bw_sum_last),
         Mistake("sum instead of mean", HINTS["bw_sum_not_mean"], _bw_sum),
     ),
 }

@@ -63,7 +63,7 @@ WRONG: dict[str, list[Entry]] = {
                 e = torch.exp(x - x_max)
                 total = e.sum(dim=dim, keepdim=True)
                 return torch.where(total > 0, e / total, 0.0)
-            ''', hint="keep the input's dtype"),
+            ''', hint="return the input's dtype"),
         _e("clamps -inf to -1e9 (uniform rows)", '''
             def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
                 x = x.clamp(min=-1e9)  # avoid -inf - -inf
@@ -143,7 +143,7 @@ WRONG: dict[str, list[Entry]] = {
                     for j in range(n):
                         J[i, j] = p[i] * ((1.0 if i == j else 0.0) - p[j])
                 return J
-            ''', hint="keep the input's dtype"),
+            ''', hint="return the input's dtype"),
         _e("s(1 - s) as a vector", '''
             def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
                 if p.dim() != 1:

@@ -211,7 +211,8 @@ class Judge:
         if dtype is not None and t.dtype != dtype:
             want = "a bool mask" if dtype == torch.bool else "the dtype of the inputs"
             self.fail(f"{name} has dtype {_fmt_dtype(t.dtype)}; expected {_fmt_dtype(dtype)} ({want})",
-                      hint="float results keep the input's dtype (don't create float32 tensors or call .float())"
+                      hint="return the input's dtype: if you computed in float32, cast the result back "
+                      "with .to(x.dtype); tensors you create take dtype=x.dtype"
                       if dtype != torch.bool else "build the mask from comparisons, e.g. j <= i")
         dev = self.outcomes[call].devices[index]
         want = self.device if self.case.calls[call].on_device() else "cpu"
@@ -262,7 +263,7 @@ class Judge:
                       hint=hint or self.mistake_hint(call, index))
         both_inf = torch.isinf(a) & torch.isinf(e) & (torch.sign(a) == torch.sign(e))
         diff = torch.where(both_inf | (nan_a & nan_e), torch.zeros_like(a), (a - e).abs())
-        diff = torch.nan_to_num(diff, nan=math.inf)
+        diff = torch.nan_to_num(diff, nan=math.inf, posinf=math.inf)  # inf stays inf (not float max)
         allowed = atol + rtol * torch.nan_to_num(e.abs(), posinf=0.0)
         bad = diff > allowed
         if bad.any():
@@ -578,7 +579,8 @@ def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = Tr
         raise failure
     if verbose:
         which = f" of {part}" if part not in (None, "core") else ""
-        line = f"✓ {exercise}: all {len(selected)} checks{which} passed"
+        line = (f"✓ {exercise}: all {len(selected)} checks{which} passed" if len(selected) > 1
+                else f"✓ {exercise}: the check{which} passed")
         if stood:
             line += (f" (with the course's {', '.join(f'`{n}`' for n in stood)} in place of yours, which "
                      "fails its own check: one bug costs points once)")

@@ -25,6 +25,7 @@ import functools
 import importlib
 import math
 import types
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -329,7 +330,9 @@ class Judge:
         key = (mistake.name, id(mistake.fn), call)
         if key not in self._mistake_outcomes:
             c = self.case.calls[call]
-            self._mistake_outcomes[key] = run_call(c, {c.target: mistake.fn})
+            with warnings.catch_warnings():  # a catalogued mistake's own warnings are not the learner's
+                warnings.simplefilter("ignore")
+                self._mistake_outcomes[key] = run_call(c, {c.target: mistake.fn})
         return self._mistake_outcomes[key]
 
 

@@ -97,6 +97,17 @@ WRONG: dict[str, list[Entry]] = {
                 pe[:, 1::2] = torch.cos(pos / div)
                 return pe
             ''', hint="return float32 as the contract says"),
+        _e("range(0, D, 2) and 2 * i in the exponent", '''
+            def sinusoidal_position_encoding(num_positions, d_model, base=10000.0):
+                if d_model % 2:
+                    raise ValueError("d_model must be even")
+                pe = torch.zeros(num_positions, d_model)
+                for pos in range(num_positions):
+                    for i in range(0, d_model, 2):
+                        pe[pos, i] = math.sin(pos / (base ** ((2 * i) / d_model)))
+                        pe[pos, i + 1] = math.cos(pos / (base ** ((2 * i) / d_model)))
+                return pe
+            ''', hint="i is already the even column"),
     ],
     "rope_cos_sin": [
         _e("repeat_interleave layout", '''
@@ -165,6 +176,25 @@ WRONG: dict[str, list[Entry]] = {
                 emb = torch.cat((freqs, freqs), -1)
                 return emb.cos(), emb.sin()
             ''', hint="don't multiply by base^(2i/D)"),
+        _e("arange(T) broadcast to the positions' shape", '''
+            def rope_cos_sin(positions, head_dim, base=10000.0):
+                if head_dim % 2:
+                    raise ValueError("head_dim must be even")
+                inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim))
+                t = torch.arange(positions.shape[-1]).float()
+                freqs = torch.outer(t, inv_freq).expand(*positions.shape, head_dim // 2)
+                emb = torch.cat((freqs, freqs), dim=-1)
+                return emb.cos(), emb.sin()
+            ''', hint="rotate each token by its own entry of `positions`"),
+        _e("every position 0", '''
+            def rope_cos_sin(positions, head_dim, base=10000.0):
+                if head_dim % 2:
+                    raise ValueError("head_dim must be even")
+                inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim))
+                freqs = torch.zeros(*positions.shape, 1) * inv_freq
+                emb = torch.cat((freqs, freqs), dim=-1)
+                return emb.cos(), emb.sin()
+            ''', hint="rotate each token by its own entry of `positions`"),
     ],
     "rotate_half": [
         _e("minus on the first half", '''
@@ -234,6 +264,18 @@ WRONG: dict[str, list[Entry]] = {
                 x = x.float()
                 return x * cos + rotate_half(x) * sin
             ''', hint="return the dtype of x"),
+        _e("Hugging Face's unsqueeze(1) on (T, Dh) tables", '''
+            def apply_rope(x, cos, sin, unsqueeze_dim=1):
+                cos = cos.unsqueeze(unsqueeze_dim)
+                sin = sin.unsqueeze(unsqueeze_dim)
+                return (x * cos) + (rotate_half(x) * sin)
+            ''', hint="insert the head axis (unsqueeze(1), as Hugging Face does) only for (B, T, Dh)"),
+        _e("no cast for half x", '''
+            def apply_rope(x, cos, sin):
+                if cos.dim() == 3:
+                    cos, sin = cos[:, None], sin[:, None]
+                return x * cos + rotate_half(x) * sin
+            ''', hint="cast the float32 tables to x.dtype first"),
     ],
     "apply_rope_interleaved": [
         _e("rotate-half pairs", '''
@@ -302,6 +344,28 @@ WRONG: dict[str, list[Entry]] = {
                 x1, x2 = x[..., 0::2], x[..., 1::2]
                 return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2).to(x.dtype)
             ''', hint="insert the head axis"),
+        _e("cat instead of stack and flatten", '''
+            def apply_rope_interleaved(x, positions, base=10000.0):
+                Dh = x.shape[-1]
+                inv_freq = base ** (-torch.arange(0, Dh, 2, dtype=torch.float32, device=x.device) / Dh)
+                ang = positions.float()[..., None] * inv_freq
+                if ang.dim() == 3:
+                    ang = ang[:, None]
+                cos, sin = ang.cos(), ang.sin()
+                xe, xo = x[..., 0::2].float(), x[..., 1::2].float()
+                return torch.cat((xe * cos - xo * sin, xe * sin + xo * cos), -1).to(x.dtype)
+            ''', hint="put each rotated pair back in place"),
+        _e("angles in x's dtype", '''
+            def apply_rope_interleaved(x, positions, base=10000.0):
+                Dh = x.shape[-1]
+                inv_freq = base ** (-torch.arange(0, Dh, 2, dtype=x.dtype, device=x.device) / Dh)
+                ang = positions.to(x.dtype)[..., None] * inv_freq
+                if ang.dim() == 3:
+                    ang = ang[:, None]
+                cos, sin = ang.cos(), ang.sin()
+                xe, xo = x[..., 0::2], x[..., 1::2]
+                return torch.stack((xe * cos - xo * sin, xe * sin + xo * cos), -1).flatten(-2)
+            ''', hint="compute the angles positions·θ_i in float32 (at least), then cast the result to x.dtype"),
     ],
     "permute_for_rotate_half": [
         _e("the inverse permutation", '''
@@ -392,6 +456,16 @@ WRONG: dict[str, list[Entry]] = {
                 slopes += [2 ** (-8 * h / (2 * n)) for h in range(1, 2 * n, 2)][: num_heads - n]
                 return torch.tensor(slopes, dtype=torch.float32)
             ''', hint="raise ValueError when num_heads < 1"),
+        _e("slopes sorted by size", '''
+            def alibi_slopes(num_heads):
+                if num_heads < 1:
+                    raise ValueError("num_heads must be >= 1")
+                def p2(n):
+                    return [2 ** (-8 * h / n) for h in range(1, n + 1)]
+                n = 2 ** (num_heads.bit_length() - 1)
+                s = p2(n) + p2(2 * n)[0::2][: num_heads - n]
+                return torch.tensor(sorted(s, reverse=True), dtype=torch.float32)
+            ''', hint="keep Press et al.'s order"),
     ],
     "alibi_bias": [
         _e("BLOOM's slope * key position", '''
@@ -429,6 +503,22 @@ WRONG: dict[str, list[Entry]] = {
                 rel = pos[None, :] - pos[:, None]
                 return alibi_slopes(num_heads)[:, None, None] * rel[None]
             ''', hint="S = t_k when it is given"),
+        _e("masked with -inf above the diagonal", '''
+            def alibi_bias(num_heads, t_q, t_k=None):
+                S = t_q if t_k is None else t_k
+                q_pos = torch.arange(S - t_q, S)
+                k_pos = torch.arange(S)
+                rel = (q_pos[:, None] - k_pos[None, :]).float()
+                bias = -alibi_slopes(num_heads)[:, None, None] * rel
+                return bias.masked_fill(rel < 0, float("-inf"))
+            ''', hint="without −inf"),
+        _e("every row measured from the last key", '''
+            def alibi_bias(num_heads, t_q, t_k=None):
+                S = t_q if t_k is None else t_k
+                slopes = alibi_slopes(num_heads)
+                alibi = slopes[:, None, None] * (torch.arange(S, dtype=torch.float32) - (S - 1))[None, None, :]
+                return alibi.expand(num_heads, t_q, S).contiguous()
+            ''', hint="measure each row from its own query"),
     ],
     "relative_position_bucket": [
         _e("clamp to num_buckets", '''
@@ -528,6 +618,72 @@ WRONG: dict[str, list[Entry]] = {
                 large = large.clamp(max=num_buckets - 1)
                 return out + torch.where(rel < max_exact, rel, large)
             ''', hint="not rounded"),
+        _e("abs() when unidirectional", '''
+            def relative_position_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+                relative_buckets = 0
+                if bidirectional:
+                    num_buckets //= 2
+                    relative_buckets += (relative_position > 0).to(torch.long) * num_buckets
+                    relative_position = torch.abs(relative_position)
+                else:
+                    relative_position = torch.abs(relative_position)
+                max_exact = num_buckets // 2
+                is_small = relative_position < max_exact
+                relative_position_if_large = max_exact + (
+                    torch.log(relative_position.float() / max_exact)
+                    / math.log(max_distance / max_exact)
+                    * (num_buckets - max_exact)
+                ).to(torch.long)
+                relative_position_if_large = torch.min(
+                    relative_position_if_large, torch.full_like(relative_position_if_large, num_buckets - 1)
+                )
+                relative_buckets += torch.where(is_small, relative_position, relative_position_if_large)
+                return relative_buckets
+            ''', hint="not |relative_position|"),
+        _e("offset for relative_position >= 0", '''
+            def relative_position_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+                relative_buckets = 0
+                if bidirectional:
+                    num_buckets //= 2
+                    relative_buckets += (relative_position >= 0).to(torch.long) * num_buckets
+                    relative_position = torch.abs(relative_position)
+                else:
+                    relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
+                max_exact = num_buckets // 2
+                is_small = relative_position < max_exact
+                relative_position_if_large = max_exact + (
+                    torch.log(relative_position.float() / max_exact)
+                    / math.log(max_distance / max_exact)
+                    * (num_buckets - max_exact)
+                ).to(torch.long)
+                relative_position_if_large = torch.min(
+                    relative_position_if_large, torch.full_like(relative_position_if_large, num_buckets - 1)
+                )
+                relative_buckets += torch.where(is_small, relative_position, relative_position_if_large)
+                return relative_buckets
+            ''', hint="not ≥ 0"),
+        _e("max_exact off by one", '''
+            def relative_position_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+                relative_buckets = 0
+                if bidirectional:
+                    num_buckets //= 2
+                    relative_buckets += (relative_position > 0).to(torch.long) * num_buckets
+                    relative_position = torch.abs(relative_position)
+                else:
+                    relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
+                max_exact = num_buckets // 2 + 1
+                is_small = relative_position < max_exact
+                relative_position_if_large = max_exact + (
+                    torch.log(relative_position.float() / max_exact)
+                    / math.log(max_distance / max_exact)
+                    * (num_buckets - max_exact)
+                ).to(torch.long)
+                relative_position_if_large = torch.min(
+                    relative_position_if_large, torch.full_like(relative_position_if_large, num_buckets - 1)
+                )
+                relative_buckets += torch.where(is_small, relative_position, relative_position_if_large)
+                return relative_buckets
+            ''', hint="max_exact = num_buckets // 2"),
     ],
     "llama3_inv_freq": [
         _e("no smoothing band", '''
@@ -589,6 +745,17 @@ WRONG: dict[str, list[Entry]] = {
                 mid = (wavelen >= old / high_freq_factor) & (wavelen <= old / low_freq_factor)
                 return torch.where(mid, (1 - s) * inv_freq / factor + s * inv_freq, out)
             ''', hint="2π / inv_freq"),
+        _e("smoothing factor from wavelen / old_len", '''
+            def llama3_inv_freq(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                original_max_position_embeddings=8192):
+                L = original_max_position_embeddings
+                inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+                wl = 2 * math.pi / inv_freq
+                s = (wl / L - low_freq_factor) / (high_freq_factor - low_freq_factor)
+                blended = (1 - s) * inv_freq / factor + s * inv_freq
+                out = torch.where(wl > L / low_freq_factor, inv_freq / factor, inv_freq)
+                return torch.where((wl >= L / high_freq_factor) & (wl <= L / low_freq_factor), blended, out)
+            ''', hint="the original length over the wavelength"),
     ],
 }
 

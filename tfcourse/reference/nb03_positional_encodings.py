@@ -96,7 +96,8 @@ def apply_rope_interleaved(x: torch.Tensor, positions: torch.Tensor,
 
     angle_i = positions * base^(-2i/Dh); out[2i] = x[2i] cos - x[2i+1] sin,
     out[2i+1] = x[2i] sin + x[2i+1] cos. x: (B, H, T, Dh), Dh even; positions: integer (T,) or
-    (B, T). Angles in float32 (float64 for float64 x). Returns the shape and dtype of x.
+    (B, T). The reference computes the angles in float32 (float64 for float64 x); float32, float64
+    or complex angles are all accepted. Returns a new tensor with the shape and dtype of x.
     """
     head_dim = x.shape[-1]
     compute = torch.promote_types(x.dtype, torch.float32)  # at least float32 for half inputs

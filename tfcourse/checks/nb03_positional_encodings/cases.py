@@ -20,7 +20,8 @@ import torch
 from ...device import make_generator
 from .._calls import Call
 from .._core import Case, Judge
-from .mistakes import MISTAKES
+from ..nb02_multi_head_attention import with_error_hints
+from .mistakes import HINT_HEAD_AXIS, MISTAKES
 
 __all__ = [
     "EXERCISES",
@@ -42,6 +43,7 @@ EXERCISES = ("sinusoidal_position_encoding", "rope_cos_sin", "rotate_half", "app
 
 F64 = torch.float64
 F32 = torch.float32
+F16 = torch.float16
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,6 +176,8 @@ FLOAT32_HINT = ("return float32 as the contract says: build with dtype=torch.flo
                 "is int64, Python floats in torch.tensor or float64 math give float64), or .float() at the end")
 X_DTYPE_HINT = ("return the dtype of x: cast the float32 tables to x.dtype first, or compute in float32 and "
                 "cast the result back with .to(x.dtype)")
+X_DTYPE_HINT_INTERLEAVED = ("return the dtype of x: compute the angles and the rotation in float32 (or float64), "
+                            "then cast the result back with .to(x.dtype)")
 
 
 def _get(j: Judge, call: int = 0, index: int = 0, *, shape: Sequence[int], dtype: torch.dtype, n: int = 1,
@@ -200,7 +204,25 @@ def _raises(j: Judge, what: str, hint: str, *, names: str | None = None) -> None
 
 def _case(exercise: str, title: str, calls: list[Call], judge: Callable[[Judge], None], seed: int | None = None,
           part: str = "core") -> Case:
+    if exercise == "apply_rope":
+        judge = with_error_hints(judge, APPLY_ROPE_ERRORS)
     return Case(exercise, title, calls, judge, seed=seed, mistakes=MISTAKES[exercise], part=part)
+
+
+def _table_dim(n: int) -> Callable[[Call], bool]:
+    """Whether a call's cos table (args[1]) has ``n`` axes."""
+    return lambda call: isinstance(call.args[1], torch.Tensor) and call.args[1].dim() == n
+
+
+# Hugging Face's apply_rotary_pos_emb does cos.unsqueeze(1) because its tables are always (B, T, Dh);
+# on a (T, Dh) table that gives (T, 1, Dh), which lines T up with the heads and raises.
+APPLY_ROPE_ERRORS = (
+    (r"must match the size of tensor", "(T, Dh) tables broadcast against x (B, H, T, Dh) as they are: insert "
+     "the head axis (unsqueeze(1), as Hugging Face does) only for (B, T, Dh) tables, when cos.dim() == 3",
+     _table_dim(2)),
+    (r"must match the size of tensor", HINT_HEAD_AXIS.replace("positions (B, T)", "tables (B, T, Dh)"),
+     _table_dim(3)),
+)
 
 
 def _x(seed: int, *shape: int, dtype: torch.dtype = F64) -> torch.Tensor:
@@ -223,8 +245,8 @@ def _sinusoidal_cases() -> list[Case]:
 
     cases.append(_case(name, "T = 64, D = 16: PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(…)",
                        [Call(name, (64, 16))], table(64, 16, None)))
-    cases.append(_case(name, "T = 10, D = 6, base = 100.0 (the base is a parameter)",
-                       [Call(name, (10, 6), {"base": 100.0})], table(10, 6, 100.0)))
+    cases.append(_case(name, "T = 10, D = 6, base = 1000.0 (the base is a parameter)",
+                       [Call(name, (10, 6), {"base": 1000.0})], table(10, 6, 1000.0)))
     cases.append(_case(name, "T = 1, D = 2: the single row is [sin 0, cos 0] = [0, 1]",
                        [Call(name, (1, 2))], table(1, 2, None)))
 
@@ -343,6 +365,10 @@ def _apply_rope_cases() -> list[Case]:
     c6, s6 = rope_tables32(torch.tensor([[4, 5, 6], [0, 0, 1]]), 4)
     cases.append(_case(name, "(B, T, Dh) tables, x (2, 5, 3, 4) float32 (B ≠ H)",
                        [Call(name, (x6, c6, s6))], value(x6, c6, s6), seed=406, part="batched"))
+    x7 = _x(407, 2, 3, 6, 16, dtype=F32).to(F16)
+    c7, s7 = rope_tables32(torch.tensor([[0, 5, 60, 61, 200, 300], [7, 8, 9, 10, 11, 12]]), 16)
+    cases.append(_case(name, "half precision: x (2, 3, 6, 16) float16, (B, T, Dh) float32 tables; the output "
+                       "stays float16", [Call(name, (x7, c7, s7))], value(x7, c7, s7), seed=407, part="batched"))
     return cases
 
 
@@ -378,7 +404,11 @@ def _interleaved_cases() -> list[Case]:
 
     def value(x: torch.Tensor, positions: torch.Tensor, base: float | None):
         def judge(j: Judge) -> None:
-            got = _get(j, shape=x.shape, dtype=x.dtype, hint="return the dtype of x")
+            got = _get(j, shape=x.shape, dtype=x.dtype, hint=X_DTYPE_HINT_INTERLEAVED)
+            if x.dtype == F16:  # float16 rounding dominates the angle's
+                j.close(got, interleaved_oracle(x, positions, base or 10000.0), tol_dtype=F16,
+                        oracle="the rotated pairs")
+                return
             j.close(got, interleaved_oracle(x, positions, base or 10000.0), tol_dtype=x.dtype,
                     atol=rotation_atol(x, max_angle(positions)), rtol=0.0, oracle="the rotated pairs")
         return judge
@@ -407,6 +437,10 @@ def _interleaved_cases() -> list[Case]:
     cases.append(_case(name, "a rotation: every (b, h, t) vector keeps its norm (positions up to 2000)",
                        [Call(name, (x4, p4))], norms, seed=504))
     cases.append(_relative_case(name, 505, lambda x, p: Call(name, (x, p))))
+    x6 = _x(506, 2, 3, 6, 16, dtype=F32).to(F16)
+    p6 = torch.tensor([[0, 5, 60, 61, 200, 300], [7, 8, 9, 10, 11, 12]])
+    cases.append(_case(name, "half precision: x (2, 3, 6, 16) float16, positions (2, 6) up to 300; angles in "
+                       "float32, output float16", [Call(name, (x6, p6))], value(x6, p6, None), seed=506))
     return cases
 
 
@@ -487,7 +521,7 @@ def _slopes_cases() -> list[Case]:
             for call, h in enumerate(counts):
                 got = _get(j, call, shape=(h,), dtype=F32)
                 j.close(got, torch.tensor(press_slopes(h), dtype=F64), name=f"slopes for H = {h}", call=call,
-                        atol=1e-8, rtol=1e-6, oracle="Press et al.")
+                        atol=1e-8, rtol=1e-6, oracle="Press et al.", tol_dtype=F32)
         return judge
 
     powers, others = (1, 2, 4, 8, 16), (6, 12, 20)

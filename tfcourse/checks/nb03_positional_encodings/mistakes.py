@@ -29,6 +29,8 @@ def _inv_freq(dim: int, base: float, *, exponent: str = "2i/D", device=None) -> 
         return 1.0 / base ** (i / dim)
     if exponent == "+2i/D":
         return base ** (2 * i / dim)
+    if exponent == "4i/D":  # `for i in range(0, D, 2)` (i already even), then 2 * i in the exponent
+        return 1.0 / base ** (4 * i / dim)
     raise ValueError(exponent)
 
 
@@ -92,12 +94,21 @@ def _sin_column_exponent(num_positions, d_model, base=10000.0):
     return _sinusoid(num_positions, d_model, base, column_exponent=True)
 
 
+def _sin_double_two(num_positions, d_model, base=10000.0):
+    return _sinusoid(num_positions, d_model, base, exponent="4i/D")
+
+
 # ---------------------------------------------------------------------------------------------
 # 2. rope_cos_sin
 # ---------------------------------------------------------------------------------------------
 def _rope(positions, head_dim, base=10000.0, *, exponent="2i/D", layout="cat", use_positions=True,
           order="cos,sin"):
-    p = positions if use_positions else torch.arange(positions.shape[-1], device=positions.device)  # (T,)
+    if use_positions == "zero":
+        p = torch.zeros_like(positions)
+    elif use_positions == "expand":  # arange(T) broadcast to positions.shape
+        p = torch.arange(positions.shape[-1], device=positions.device).expand(positions.shape)
+    else:
+        p = positions if use_positions else torch.arange(positions.shape[-1], device=positions.device)  # (T,)
     freqs = p.to(torch.float32)[..., None] * _inv_freq(head_dim, base, exponent=exponent, device=positions.device)
     if layout == "cat":
         emb = torch.cat((freqs, freqs), dim=-1)
@@ -132,6 +143,14 @@ def _rope_base_ignored(positions, head_dim, base=10000.0):
 
 def _rope_arange(positions, head_dim, base=10000.0):
     return _rope(positions, head_dim, base, use_positions=False)
+
+
+def _rope_arange_expanded(positions, head_dim, base=10000.0):
+    return _rope(positions, head_dim, base, use_positions="expand")
+
+
+def _rope_zero(positions, head_dim, base=10000.0):
+    return _rope(positions, head_dim, base, use_positions="zero")
 
 
 def _rope_swapped(positions, head_dim, base=10000.0):
@@ -225,6 +244,26 @@ def _interleaved(x, positions, base=10000.0, *, sign=1.0, **kw):
     x1, x2 = x[..., 0::2], x[..., 1::2]
     out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
     return out.to(x.dtype)
+
+
+def _inter_cat_output(x, positions, base=10000.0):
+    ang = _angles(x, positions, base)
+    cos, sin = ang.cos(), ang.sin()
+    x1, x2 = x[..., 0::2].float(), x[..., 1::2].float()
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)  # halves, not pairs
+
+
+def _inter_half_angles(x, positions, base=10000.0):
+    """Angles computed in x's dtype: float16/bfloat16 positions·θ_i lose whole radians' worth of
+    digits (a position of 300 in float16 is good to 0.25)."""
+    dim = x.shape[-1]
+    inv_freq = base ** (-torch.arange(0, dim, 2, dtype=x.dtype, device=x.device) / dim)
+    ang = positions.to(x.dtype)[..., None] * inv_freq
+    if ang.dim() == 3:
+        ang = ang[:, None]
+    cos, sin = ang.cos(), ang.sin()
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
 
 
 def _inter_half_pairs(x, positions, base=10000.0):
@@ -336,6 +375,14 @@ def _slopes_reversed(num_heads):
     return _f32(_press(num_heads)[::-1])
 
 
+def _slopes_sorted(num_heads):
+    return _f32(sorted(_press(num_heads), reverse=True))
+
+
+def _slopes_sorted_ascending(num_heads):
+    return _f32(sorted(_press(num_heads)))
+
+
 def _slopes_power_above(num_heads):
     n = 2 ** math.ceil(math.log2(num_heads))
     return _f32(_pow2(n)[:num_heads])
@@ -355,6 +402,10 @@ def _bias(num_heads, t_q, t_k=None, *, form="right"):
         return -slopes * (q - k).abs()
     if form == "plus":
         return slopes * (q - k)
+    if form == "masked":
+        return (-slopes * (q - k)).masked_fill(k > q, float("-inf"))
+    if form == "last":  # every row measured from the last key, S − 1 (BLOOM's form shifted)
+        return (-slopes * (s - 1 - k)).expand(num_heads, t_q, s).contiguous()
     return -slopes * (q - k)
 
 
@@ -374,6 +425,14 @@ def _bias_plus(num_heads, t_q, t_k=None):
     return _bias(num_heads, t_q, t_k, form="plus")
 
 
+def _bias_masked(num_heads, t_q, t_k=None):
+    return _bias(num_heads, t_q, t_k, form="masked")
+
+
+def _bias_from_last_key(num_heads, t_q, t_k=None):
+    return _bias(num_heads, t_q, t_k, form="last")
+
+
 def _bias_square(num_heads, t_q, t_k=None):
     return _bias(num_heads, t_q)
 
@@ -382,17 +441,19 @@ def _bias_square(num_heads, t_q, t_k=None):
 # 9. relative_position_bucket (Hugging Face's T5Attention._relative_position_bucket, varied)
 # ---------------------------------------------------------------------------------------------
 def _t5(relative_position, bidirectional=True, num_buckets=32, max_distance=128, *, clamp=1, halve=True,
-        direction=1, future=False, log_base="ratio", rounding="floor", half_offset=False):
+        direction=1, future=False, log_base="ratio", rounding="floor", half_offset=False, uni_abs=False,
+        offset_ge0=False, exact_plus=0):
     rel = direction * relative_position
     buckets = torch.zeros_like(rel, dtype=torch.long)
     if bidirectional:
         if halve:
             num_buckets //= 2
-        buckets = buckets + (rel > 0).long() * (num_buckets // 2 if half_offset else num_buckets)
+        upper = rel >= 0 if offset_ge0 else rel > 0
+        buckets = buckets + upper.long() * (num_buckets // 2 if half_offset else num_buckets)
         rel = rel.abs()
     else:
-        rel = torch.clamp(rel, min=0) if future else -torch.clamp(rel, max=0)
-    max_exact = num_buckets // 2
+        rel = rel.abs() if uni_abs else torch.clamp(rel, min=0) if future else -torch.clamp(rel, max=0)
+    max_exact = num_buckets // 2 + exact_plus
     is_small = rel < max_exact
     scale = math.log(max_distance / max_exact) if log_base == "ratio" else math.log(max_distance)
     value = torch.log(rel.float() / max_exact) / scale * (num_buckets - max_exact)
@@ -430,12 +491,24 @@ def _t5_rounded(relative_position, bidirectional=True, num_buckets=32, max_dista
     return _t5(relative_position, bidirectional, num_buckets, max_distance, rounding="round")
 
 
+def _t5_unidirectional_abs(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+    return _t5(relative_position, bidirectional, num_buckets, max_distance, uni_abs=True)
+
+
+def _t5_offset_at_zero(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+    return _t5(relative_position, bidirectional, num_buckets, max_distance, offset_ge0=True)
+
+
+def _t5_max_exact_plus_one(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+    return _t5(relative_position, bidirectional, num_buckets, max_distance, exact_plus=1)
+
+
 # ---------------------------------------------------------------------------------------------
 # 10. llama3_inv_freq (optional challenge)
 # ---------------------------------------------------------------------------------------------
 def _llama3(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
             original_max_position_embeddings=8192, *, smooth=True, multiply=False, swap_weights=False,
-            swap_bounds=False, two_pi=True):
+            swap_bounds=False, two_pi=True, s_inverted=False):
     inv = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
     old = original_max_position_embeddings
     low_wl, high_wl = old / low_freq_factor, old / high_freq_factor
@@ -445,7 +518,8 @@ def _llama3(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_
     scaled = inv * factor if multiply else inv / factor
     out = torch.where(wavelen > low_wl, scaled, inv)
     if smooth:
-        s = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        ratio = wavelen / old if s_inverted else old / wavelen
+        s = (ratio - low_freq_factor) / (high_freq_factor - low_freq_factor)
         smoothed = s * scaled + (1 - s) * inv if swap_weights else (1 - s) * scaled + s * inv
         medium = (wavelen >= high_wl) & (wavelen <= low_wl)
         out = torch.where(medium, smoothed, out)
@@ -482,6 +556,12 @@ def _llama3_no_two_pi(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, 
                    two_pi=False)
 
 
+def _llama3_s_inverted(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                       original_max_position_embeddings=8192):
+    return _llama3(head_dim, base, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings,
+                   s_inverted=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # The catalogue
 # ---------------------------------------------------------------------------------------------
@@ -494,6 +574,9 @@ HINT_POSITIONS = ("rotate each token by its own entry of `positions` (they may s
                   "differ per sequence): not torch.arange(T), not position 0 for every token")
 HINT_HEAD_AXIS = ("for per-sequence positions (B, T) insert the head axis: (B, 1, T, Dh) broadcasts over "
                   "the heads of x (B, H, T, Dh); (1, B, T, Dh) pairs sequences with heads")
+HINT_HALF_ANGLES = ("compute the angles positions·θ_i in float32 (at least), then cast the result to x.dtype: "
+                    "in float16/bfloat16 a position of a few hundred is already off by a fraction of a radian")
+HINT_ASCENDING = "list the slopes from the largest, 2^(−8/H), down to the smallest"
 
 MISTAKES: dict[str, tuple[Mistake, ...]] = {
     "sinusoidal_position_encoding": (
@@ -507,6 +590,9 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
                 "2i+1 uses 2i, not 2i+1 (e.g. torch.arange(0, D, 2) for both)", _sin_column_exponent),
         Mistake("positive exponent", HINT_POSITIVE, _sin_positive_exponent),
         Mistake("base ignored", HINT_BASE, _sin_base_ignored),
+        Mistake("2i with i already even", "in `for i in range(0, D, 2)` i is already the even column 2k: "
+                "the exponent is i/D there, not 2*i/D (that gives 4k/D and frequencies that fall twice as "
+                "fast)", _sin_double_two),
         Mistake("positions from 1", "positions start at 0: row p of the table is position p "
                 "(torch.arange(num_positions))", _sin_from_one),
     ),
@@ -517,6 +603,8 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("positive exponent", HINT_POSITIVE, _rope_positive_exponent),
         Mistake("base ignored", HINT_BASE, _rope_base_ignored),
         Mistake("arange instead of positions", HINT_POSITIONS, _rope_arange),
+        Mistake("arange broadcast to positions.shape", HINT_POSITIONS, _rope_arange_expanded),
+        Mistake("all positions 0", HINT_POSITIONS, _rope_zero),
         Mistake("(sin, cos)", "return (cos, sin), in that order", _rope_swapped),
         Mistake("batch axis added", "the tables have shape positions.shape + (Dh,): (T, Dh) for positions "
                 "(T,), with no batch axis added (Hugging Face's position_ids are (B, T); these may be (T,))",
@@ -558,6 +646,10 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("exponent i/Dh", HINT_I_OVER_D, _inter_i_over_d),
         Mistake("base ignored", HINT_BASE, _inter_base_ignored),
         Mistake("batch paired with heads", HINT_HEAD_AXIS, _inter_batch_as_heads),
+        Mistake("cat instead of stack", "put each rotated pair back in place: torch.stack((even, odd), "
+                "dim=-1).flatten(-2) interleaves them (0, 1, 2, …); torch.cat puts all the even outputs "
+                "first (the rotate-half layout)", _inter_cat_output),
+        Mistake("angles in x's dtype (half)", HINT_HALF_ANGLES, _inter_half_angles),
     ),
     "permute_for_rotate_half": (
         Mistake("inverse permutation", "this is the inverse permutation (rotate-half → interleaved): within "
@@ -582,7 +674,10 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("h from 0", "h runs from 1 to H: the first slope is 2^(−8/H), not 1", _slopes_from_zero),
         Mistake("no 8", "the slopes are 2^(−8h/H): the exponent has the factor 8 (the last slope is 2^−8)",
                 _slopes_no_eight),
-        Mistake("ascending", "list the slopes from the largest, 2^(−8/H), down to the smallest", _slopes_reversed),
+        Mistake("ascending", HINT_ASCENDING, _slopes_reversed),
+        Mistake("sorted ascending", HINT_ASCENDING, _slopes_sorted_ascending),
+        Mistake("sorted", "keep Press et al.'s order, not one list sorted by size: the n slopes of n heads "
+                "first, then the extra ones (every other slope of 2n heads) after them", _slopes_sorted),
         Mistake("power above", "start from the closest power of two below H (n = 2^floor(log2 H)), then add "
                 "every other slope of 2n heads", _slopes_power_above),
     ),
@@ -596,6 +691,12 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("sign", "the bias is −slope · (q_pos − k_pos): keys further in the past get a more negative "
                 "bias", _bias_plus),
         Mistake("t_k ignored", "S = t_k when it is given: the bias is (H, T, S)", _bias_square),
+        Mistake("masked above the diagonal", "return the bias for every (i, j), without −inf: keys after the "
+                "query get a positive bias here, and the causal mask (added separately) removes them",
+                _bias_masked),
+        Mistake("distance from the last key", "measure each row from its own query: −slope · (q_pos − k_pos) "
+                "with q_pos = S − T + i; −slope · (S − 1 − k_pos) is the last query's row repeated",
+                _bias_from_last_key),
     ),
     "relative_position_bucket": (
         Mistake("clamp off by one", "clamp the large buckets to num_buckets − 1 (num_buckets after halving "
@@ -612,6 +713,12 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("log(max_distance)", "the large buckets grow with log(n / max_exact) / log(max_distance / "
                 "max_exact), not / log(max_distance)", _t5_log_max_distance),
         Mistake("rounded", "the large buckets are truncated (.to(torch.long)), not rounded", _t5_rounded),
+        Mistake("|d| when unidirectional", "with bidirectional=False use −min(relative_position, 0), not "
+                "|relative_position|: keys after the query all fall in bucket 0", _t5_unidirectional_abs),
+        Mistake("offset for d = 0", "only keys after the query (relative_position > 0, not ≥ 0) get the "
+                "offset num_buckets // 2: distance 0 stays in bucket 0", _t5_offset_at_zero),
+        Mistake("max_exact + 1", "max_exact = num_buckets // 2 (num_buckets after halving when "
+                "bidirectional): exactly half of a direction's buckets are exact", _t5_max_exact_plus_one),
     ),
     "llama3_inv_freq": (
         Mistake("no smoothing", "frequencies whose wavelength lies between the two limits are interpolated: "
@@ -625,5 +732,8 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
                 "above it), high_freq_wavelen = old_len / high_freq_factor the short one (keep below it)",
                 _llama3_swapped_bounds),
         Mistake("wavelength without 2π", "the wavelength of a pair is 2π / inv_freq", _llama3_no_two_pi),
+        Mistake("s from wavelen / old_len", "s = (old_len / wavelen − low_freq_factor) / (high_freq_factor − "
+                "low_freq_factor): the original length over the wavelength, not the wavelength over it",
+                _llama3_s_inverted),
     ),
 }

@@ -108,6 +108,17 @@ WRONG: dict[str, list[Entry]] = {
                         pe[pos, i + 1] = math.cos(pos / (base ** ((2 * i) / d_model)))
                 return pe
             ''', hint="i is already the even column"),
+        _e("the PyTorch tutorial's (T, 1, D) buffer", '''
+            def sinusoidal_position_encoding(num_positions, d_model, base=10000.0):
+                if d_model % 2:
+                    raise ValueError(f"d_model = {d_model} must be even")
+                position = torch.arange(num_positions).unsqueeze(1)
+                div_term = torch.exp(torch.arange(0, d_model, 2) * (-math.log(base) / d_model))
+                pe = torch.zeros(num_positions, 1, d_model)
+                pe[:, 0, 0::2] = torch.sin(position * div_term)
+                pe[:, 0, 1::2] = torch.cos(position * div_term)
+                return pe
+            ''', hint="drop the middle axis"),
     ],
     "rope_cos_sin": [
         _e("repeat_interleave layout", '''
@@ -195,6 +206,15 @@ WRONG: dict[str, list[Entry]] = {
                 emb = torch.cat((freqs, freqs), dim=-1)
                 return emb.cos(), emb.sin()
             ''', hint="rotate each token by its own entry of `positions`"),
+        _e("positions[:, None] for (B, T) positions", '''
+            def rope_cos_sin(positions, head_dim, base=10000.0):
+                if head_dim % 2:
+                    raise ValueError("head_dim must be even")
+                inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim))
+                freqs = positions.float()[:, None] * inv_freq
+                emb = torch.cat((freqs, freqs), dim=-1)
+                return emb.cos(), emb.sin()
+            ''', hint="index the last axis: positions[..., None]"),
     ],
     "rotate_half": [
         _e("minus on the first half", '''
@@ -519,6 +539,14 @@ WRONG: dict[str, list[Entry]] = {
                 alibi = slopes[:, None, None] * (torch.arange(S, dtype=torch.float32) - (S - 1))[None, None, :]
                 return alibi.expand(num_heads, t_q, S).contiguous()
             ''', hint="measure each row from its own query"),
+        _e("own power-of-two slopes", '''
+            def alibi_bias(num_heads, t_q, t_k=None):
+                S = t_q if t_k is None else t_k
+                slopes = torch.tensor([2 ** (-8 * h / num_heads) for h in range(1, num_heads + 1)])
+                q_pos = torch.arange(S - t_q, S)
+                k_pos = torch.arange(S)
+                return -slopes[:, None, None] * (q_pos[:, None] - k_pos[None, :]).float()
+            ''', hint="take the slopes from alibi_slopes(num_heads)"),
     ],
     "relative_position_bucket": [
         _e("clamp to num_buckets", '''

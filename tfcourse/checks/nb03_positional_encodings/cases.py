@@ -206,6 +206,8 @@ def _case(exercise: str, title: str, calls: list[Call], judge: Callable[[Judge],
           part: str = "core") -> Case:
     if exercise == "apply_rope":
         judge = with_error_hints(judge, APPLY_ROPE_ERRORS)
+    if exercise == "rope_cos_sin":
+        judge = with_error_hints(judge, ROPE_COS_SIN_ERRORS)
     return Case(exercise, title, calls, judge, seed=seed, mistakes=MISTAKES[exercise], part=part)
 
 
@@ -213,6 +215,13 @@ def _table_dim(n: int) -> Callable[[Call], bool]:
     """Whether a call's cos table (args[1]) has ``n`` axes."""
     return lambda call: isinstance(call.args[1], torch.Tensor) and call.args[1].dim() == n
 
+
+# positions[:, None] is a column for (T,) positions but not for (B, T) ones
+ROPE_COS_SIN_ERRORS = (
+    (r"must match the size of tensor", "index the last axis: positions[..., None] * inv_freq works for (T,) "
+     "and (B, T) positions; positions[:, None] (or torch.outer) only for (T,)",
+     lambda call: isinstance(call.args[0], torch.Tensor) and call.args[0].dim() == 2),
+)
 
 # Hugging Face's apply_rotary_pos_emb does cos.unsqueeze(1) because its tables are always (B, T, Dh);
 # on a (T, Dh) table that gives (T, 1, Dh), which lines T up with the heads and raises.

@@ -94,6 +94,10 @@ def _sin_column_exponent(num_positions, d_model, base=10000.0):
     return _sinusoid(num_positions, d_model, base, column_exponent=True)
 
 
+def _sin_tutorial_shape(num_positions, d_model, base=10000.0):
+    return _sinusoid(num_positions, d_model, base)[:, None]  # (T, 1, D), the PyTorch tutorial's buffer
+
+
 def _sin_double_two(num_positions, d_model, base=10000.0):
     return _sinusoid(num_positions, d_model, base, exponent="4i/D")
 
@@ -425,6 +429,13 @@ def _bias_plus(num_heads, t_q, t_k=None):
     return _bias(num_heads, t_q, t_k, form="plus")
 
 
+def _bias_pow2_slopes(num_heads, t_q, t_k=None):
+    s = t_q if t_k is None else t_k
+    slopes = _f32(_pow2(num_heads))[:, None, None]
+    q = torch.arange(t_q, dtype=torch.float32)[:, None] + (s - t_q)
+    return -slopes * (q - torch.arange(s, dtype=torch.float32)[None, :])
+
+
 def _bias_masked(num_heads, t_q, t_k=None):
     return _bias(num_heads, t_q, t_k, form="masked")
 
@@ -593,6 +604,9 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("2i with i already even", "in `for i in range(0, D, 2)` i is already the even column 2k: "
                 "the exponent is i/D there, not 2*i/D (that gives 4k/D and frequencies that fall twice as "
                 "fast)", _sin_double_two),
+        Mistake("(T, 1, D) as in the PyTorch tutorial", "return (num_positions, d_model): the PyTorch "
+                "tutorial's buffer is (T, 1, D) for its (T, B, D) inputs; drop the middle axis",
+                _sin_tutorial_shape),
         Mistake("positions from 1", "positions start at 0: row p of the table is position p "
                 "(torch.arange(num_positions))", _sin_from_one),
     ),
@@ -691,6 +705,8 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("sign", "the bias is −slope · (q_pos − k_pos): keys further in the past get a more negative "
                 "bias", _bias_plus),
         Mistake("t_k ignored", "S = t_k when it is given: the bias is (H, T, S)", _bias_square),
+        Mistake("power-of-two slopes for every H", "take the slopes from alibi_slopes(num_heads): 2^(−8h/H) "
+                "holds only when H is a power of two", _bias_pow2_slopes),
         Mistake("masked above the diagonal", "return the bias for every (i, j), without −inf: keys after the "
                 "query get a positive bias here, and the causal mask (added separately) removes them",
                 _bias_masked),

@@ -182,3 +182,37 @@ def test_tensors_inside_a_list_argument_and_module_inputs_are_watched():
         outcome = run_call(Call("Scale", (in_place,), forward_args=(torch.ones(2, 3),)), {"Scale": Scale})
         assert (outcome.error_type == "ModifiedInput") == in_place, outcome
         assert not in_place or "`hidden`" in outcome.error_message
+
+
+class _Scale(torch.nn.Module):
+    def __init__(self, dim: int, cut: str = ""):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(dim))
+        self.bias = torch.nn.Parameter(torch.zeros(dim))
+        self.cut = cut
+
+    def forward(self, x):
+        weight = self.weight.detach() if self.cut == "weight" else self.weight
+        if self.cut == "all":
+            with torch.no_grad():
+                return x * weight + self.bias
+        return x * weight + (self.bias.detach() if self.cut == "bias" else self.bias)
+
+
+def test_a_backward_call_returns_the_gradients_and_names_a_parameter_it_never_reaches():
+    x = torch.randn(2, 3, dtype=torch.float64)
+    state = {"weight": torch.full((3,), 2.0, dtype=torch.float64), "bias": torch.zeros(3, dtype=torch.float64)}
+    call = Call("Scale", (3,), state=state, forward_args=(x,), grad_of=("weight",))
+    tensors: dict = {}
+    assert call_from_json(call_to_json(call, tensors, "c"), tensors).grad_of == ("weight",)
+    outcome = run_call(call, {"Scale": _Scale})
+    assert outcome.kind == "tuple"
+    out, grad = outcome.tensors
+    g = torch.linspace(-1, 1, 6, dtype=torch.float64).reshape(2, 3)  # grad_output_for
+    assert torch.equal(out, x * 2) and torch.allclose(grad, (g * x).sum(0))
+    # the bias is not asked for: cutting it is not this call's business
+    assert run_call(call, {"Scale": lambda d: _Scale(d, cut="bias")}).ok
+    for cut, says in (("weight", "`weight`"), ("all", "cut the graph")):
+        bad = run_call(call, {"Scale": lambda d, cut=cut: _Scale(d, cut=cut)})
+        assert bad.kind == "error" and bad.error_type == "NoGradient" and says in bad.error_message, bad
+    assert "no gradient" in judge_case(Case("Scale", "trains", [call], lambda j: j.values(n=2)), [bad]).message

@@ -132,6 +132,16 @@ WRONG: dict[str, list[Entry]] = {
             ''', hint="add eps to the mean of the squares"),
     ],
     "RMSNorm": [
+        _e("weight detached in forward (never trains)", '''
+            class RMSNorm(nn.Module):
+                def __init__(self, dim, eps=1e-6):
+                    super().__init__()
+                    self.eps = eps
+                    self.weight = nn.Parameter(torch.ones(dim))
+
+                def forward(self, x):
+                    return rms_norm(x, self.weight.detach(), self.eps)  # no grad needed for a scale?
+            ''', hint="cut the graph"),
         _e("weight initialised to zeros", '''
             class RMSNorm(nn.Module):
                 def __init__(self, dim, eps=1e-6):

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Call", "DEVICE", "MODIFIED_INPUT", "TorchModule", "Outcome", "load_parameters", "run_call", "TORCH_MODULES"]
+__all__ = ["Call", "DEVICE", "MODIFIED_INPUT", "NO_GRADIENT", "grad_output_for", "TorchModule", "Outcome", "load_parameters", "run_call", "TORCH_MODULES"]
 
 # An argument that stands for "the device the check runs on" (cpu in a notebook, the grader's
 # --device in the grader): ``Call("causal_mask", (4,), {"device": DEVICE})``.
@@ -92,6 +92,9 @@ class Call:
     state: dict[str, torch.Tensor] | None = None
     forward_args: tuple | None = None
     forward_kwargs: dict[str, Any] = field(default_factory=dict)
+    # parameter names of the module: with them the forward runs with autograd on, the output is
+    # back-propagated with ``grad_output_for(output)``, and the outcome is (output, their .grad ...)
+    grad_of: tuple[str, ...] = ()
 
     def on_device(self) -> bool:
         """Whether the answer should live on the run's device: a tensor argument or DEVICE
@@ -111,6 +114,8 @@ class Call:
             fparts = [_describe(a) for a in self.forward_args]
             fparts += [f"{k}={_describe(v)}" for k, v in self.forward_kwargs.items()]
             text += f", called on ({', '.join(fparts)})"
+        if self.grad_of:
+            text += ", then backward: the gradients of " + ", ".join(f"`{n}`" for n in self.grad_of)
         return text
 
 
@@ -218,6 +223,41 @@ def outcome_of_exception(exc: BaseException) -> Outcome:
 
 # The error type of an answer that changed a tensor it was given (see run_call).
 MODIFIED_INPUT = "ModifiedInput"
+# The error type of a module whose parameter got no gradient from a backward pass (Call.grad_of).
+NO_GRADIENT = "NoGradient"
+
+
+def grad_output_for(output: torch.Tensor) -> torch.Tensor:
+    """The upstream gradient a ``Call.grad_of`` backward pass uses: fixed values from -1 to 1 in
+    ``output``'s shape, dtype and device (not all ones, so every position weighs differently)."""
+    values = torch.linspace(-1.0, 1.0, output.numel(), dtype=torch.float64)
+    return values.reshape(output.shape).to(dtype=output.dtype, device=output.device)
+
+
+def _forward_and_gradients(module: torch.nn.Module, names: tuple[str, ...], args: tuple,
+                           kwargs: dict) -> Any:
+    """(output, the gradients of ``names``), or an error outcome when one is missing."""
+    for p in module.parameters():
+        p.grad = None
+    with torch.enable_grad():
+        output = module(*args, **kwargs)
+        if not _is_plain_tensor(output):
+            return output  # outcome_of reports the type
+        if not output.requires_grad:
+            return Outcome("error", error_type=NO_GRADIENT, error_message=(
+                "the output does not depend on any parameter through autograd (torch.no_grad(), "
+                ".detach() or .data cut the graph): the module cannot be trained"))
+        output.backward(grad_output_for(output))
+    params = dict(module.named_parameters())
+    grads = []
+    for name in names:
+        grad = params[name].grad if name in params else None
+        if grad is None:
+            return Outcome("error", error_type=NO_GRADIENT, error_message=(
+                f"no gradient reached the parameter `{name}` (.detach(), .data, torch.no_grad() or a "
+                "tensor copied out of it cut the graph): training would never change it"))
+        grads.append(grad)
+    return (output.detach(), *grads)
 
 
 def _tensor_leaves(value: Any, path: str) -> list[tuple[str, torch.Tensor]]:
@@ -291,8 +331,13 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
             forward_args = _materialize(call.forward_args, device)
             forward_kwargs = _materialize(call.forward_kwargs, device)
             watched = _watch(result.forward, forward_args, forward_kwargs)
-            with torch.no_grad():
-                result = result(*forward_args, **forward_kwargs)
+            if call.grad_of:
+                result = _forward_and_gradients(result, call.grad_of, forward_args, forward_kwargs)
+                if isinstance(result, Outcome):
+                    return result
+            else:
+                with torch.no_grad():
+                    result = result(*forward_args, **forward_kwargs)
             if (modified := _modified(watched)) is not None:
                 return modified
         return outcome_of(result)
@@ -335,6 +380,7 @@ def call_to_json(call: Call, tensors: dict[str, torch.Tensor], prefix: str) -> d
         "state": enc(call.state) if call.state is not None else None,
         "forward_args": enc(call.forward_args) if call.forward_args is not None else None,
         "forward_kwargs": enc(call.forward_kwargs),
+        "grad_of": [str(n) for n in call.grad_of],
     }
 
 
@@ -361,6 +407,7 @@ def call_from_json(spec: dict, tensors: dict[str, torch.Tensor]) -> Call:
         state=dec(spec["state"]) if spec["state"] is not None else None,
         forward_args=dec(spec["forward_args"]) if spec["forward_args"] is not None else None,
         forward_kwargs=dec(spec["forward_kwargs"]),
+        grad_of=tuple(str(n) for n in spec.get("grad_of", [])),
     )
 
 

@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 import torch
 
 from ..notebook import bound_names, demo_names, normalise_source
-from ._calls import MODIFIED_INPUT, Call, Outcome, run_call
+from ._calls import MODIFIED_INPUT, NO_GRADIENT, Call, Outcome, run_call
 
 __all__ = [
     "Case",
@@ -363,6 +363,11 @@ def _same(a: list[torch.Tensor], b: list[torch.Tensor], *, shape_only: bool) -> 
     return True
 
 
+# Outcomes run_call makes itself (no exception was raised): their first feedback line.
+_VERDICT_ERRORS = {MODIFIED_INPUT: "changed its input in place",
+                   NO_GRADIENT: "no gradient reaches its parameters"}
+
+
 def judge_case(case: Case, outcomes: list[Outcome], expected: list[Outcome] | None = None,
                device: str = "cpu") -> CaseResult:
     """Decide one case from plain outcomes. Never runs the code under test."""
@@ -373,8 +378,8 @@ def judge_case(case: Case, outcomes: list[Outcome], expected: list[Outcome] | No
         return CaseResult("failed", str(failure))
     except _CallRaised as raised:
         o = raised.outcome
-        if o.error_type == MODIFIED_INPUT:
-            return CaseResult("failed", f"✗ {case.exercise}: changed its input in place\n"
+        if o.error_type in _VERDICT_ERRORS:  # not an exception of the learner's: a finding
+            return CaseResult("failed", f"✗ {case.exercise}: {_VERDICT_ERRORS[o.error_type]}\n"
                               f"  while checking: {case.title}\n  inputs: {case.inputs()}\n"
                               f"  hint: {o.error_message}")
         msg = (f"✗ {case.exercise}: raised {o.error_line()}\n"

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ...device import make_generator
-from .._calls import Call, TorchModule
+from .._calls import Call, TorchModule, grad_output_for
 from .._core import Case, Judge, _fmt_dtype, tolerance
 from .mistakes import HINTS, MISTAKES
 
@@ -283,6 +283,27 @@ def _rmsnorm_case(title: str, x: torch.Tensor, weight: torch.Tensor | None, seed
     return _case("RMSNorm", title, [rmsnorm_call(x.size(-1), x, weight, eps)], judge, seed=seed)
 
 
+def _rmsnorm_gradient_case() -> Case:
+    """Backward through RMSNorm: the gradient reaches ``weight`` and equals torch.nn.RMSNorm's."""
+    x, weight = _x(3041, 2, 3, 8, scale=2.0, shift=0.5), _weights(3042, 8, torch.float64, bias=False)
+    call = Call("RMSNorm", (8,), state={"weight": weight}, forward_args=(x,), grad_of=("weight",))
+
+    def judge(j: Judge) -> None:
+        module = torch.nn.RMSNorm(8, eps=1e-6, dtype=torch.float64)
+        module.load_state_dict({"weight": weight})
+        expected = module(x)
+        expected.backward(grad_output_for(expected))
+        atol, rtol = norm_tolerance("RMSNorm", torch.float64)
+        j.close(j.tensor(0, 0, n=2, names=("output", "weight.grad"), shape=(2, 3, 8), dtype=torch.float64),
+                expected.detach(), atol=atol, rtol=rtol, oracle="torch.nn.RMSNorm")
+        j.close(j.tensor(0, 1, n=2, names=("output", "weight.grad"), shape=(8,), dtype=torch.float64),
+                module.weight.grad, name="weight.grad", index=1, atol=atol, rtol=rtol,
+                oracle="torch.nn.RMSNorm's weight.grad")
+
+    return _case("RMSNorm", "backward (float64): the gradient reaches weight and equals torch.nn.RMSNorm's",
+                 [call], judge, seed=3041)
+
+
 def _rmsnorm_cases() -> list[Case]:
     dt = torch.float64
     return [
@@ -295,6 +316,7 @@ def _rmsnorm_cases() -> list[Case]:
         _rmsnorm_case("float16 weight and x with |x| ~ 300-1000 (squares overflow float16): float16 out",
                       _x(3031, 2, 4, 32, dtype=torch.float16, scale=500.0),
                       _weights(3032, 32, torch.float16, bias=False), seed=3031),
+        _rmsnorm_gradient_case(),
     ]
 
 

@@ -318,13 +318,22 @@ def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, dict], to_run: dict[
         used = ", ".join(f"`{c}`" for c in callees)
         why = "which is not attempted yet" if all(verdicts[c]["status"] == "not_attempted" for c in callees) \
             else "which lost points on its own"
+        note = f"graded with the course's {used} in place of yours, {why} (one bug costs points once)"
         if again["status"] == "passed":
-            feedback = f"✓ {name}: all {again.get('cases_total', 0)} checks passed with the course's {used}"
+            again["feedback"] = (f"✓ {name}: all {again.get('cases_total', 0)} checks passed with the course's "
+                                 f"{used}\n  note: {note}")
         else:
+            # that run could read the course's code, so only its scores are shown: say which test
+            # cells still fail and where to see why, then what the first run (own callee) found
             got = ", ".join(f"{p['test_cell']} {p['score']:g}/{p['max_score']:g}" for p in again["parts"])
-            feedback = verdict["feedback"] + f"\n  with the course's {used} in its place: {got}"
-        again["feedback"] = (feedback + f"\n  note: graded with the course's {used} in place of yours, {why} "
-                             "(one bug costs points once)")
+            failing = ", ".join(p["test_cell"] for p in again["parts"] if not p["passed"])
+            again["feedback"] = "\n".join([
+                f"✗ {name}: {got}, {note}",
+                f"  why {failing} still fails is not shown from that run (it could read the course's code): "
+                f"run that check cell in your notebook to see it",
+                f"  first run, with your own {used}:",
+                *("    " + line for line in verdict["feedback"].splitlines()),
+            ])
         verdicts[name] = again
 
 

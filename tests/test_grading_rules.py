@@ -312,6 +312,10 @@ def test_nothing_of_the_stand_in_run_but_scores_reaches_the_report(graded):
     assert sdpa["score"] == 2, sdpa  # the core part, with the course's softmax in place of the NaN one
     assert "LEAK" not in sdpa["feedback"] and "def softmax" not in sdpa["feedback"], sdpa["feedback"]
     assert "test_scaled_dot_product_attention 2/2" in sdpa["feedback"]
+    first = sdpa["feedback"].splitlines()[0]  # the score that counts, and why it is not all
+    assert first.startswith("✗ scaled_dot_product_attention: test_scaled_dot_product_attention 2/2, "
+                            "test_scaled_dot_product_attention__masks 0/2, graded with the course's `softmax`")
+    assert "run that check cell in your notebook" in sdpa["feedback"]
 
 
 @pytest.mark.slow

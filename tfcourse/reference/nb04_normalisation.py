@@ -52,7 +52,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     x: (..., D), any leading axes; weight (D,) in x's dtype. Returns (..., D) in x's dtype:
     x / sqrt(mean(x**2 over the last axis) + eps) * weight. No mean subtraction, no bias.
     Statistics in float32 for float16/bfloat16 input (x**2 overflows float16 from |x| > 255),
-    in float64 for float64 input. Same result as torch.nn.RMSNorm(D, eps) with this weight.
+    at least float32 for float64 input (this solution keeps float64; float32 statistics, as
+    in HF's LlamaRMSNorm, are accepted: float64 is judged at float32 level). Same result as
+    torch.nn.RMSNorm(D, eps) with this weight.
     """
     h = x.to(torch.promote_types(x.dtype, torch.float32))  # (..., D), float32 or float64
     inv_rms = torch.rsqrt(h.pow(2).mean(dim=-1, keepdim=True) + eps)  # (..., 1): 1 / RMS(x)

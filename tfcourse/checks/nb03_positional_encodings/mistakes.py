@@ -9,6 +9,7 @@ tell them apart (tests/test_hints.py measures it over the catalogue).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -537,40 +538,13 @@ def _llama3(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_
     return out
 
 
-def _llama3_no_smoothing(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                         original_max_position_embeddings=8192):
-    return _llama3(head_dim, base, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings,
-                   smooth=False)
-
-
-def _llama3_multiply(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                     original_max_position_embeddings=8192):
-    return _llama3(head_dim, base, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings,
-                   multiply=True)
-
-
-def _llama3_swapped_weights(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                            original_max_position_embeddings=8192):
-    return _llama3(head_dim, base, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings,
-                   swap_weights=True)
-
-
-def _llama3_swapped_bounds(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                           original_max_position_embeddings=8192):
-    return _llama3(head_dim, base, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings,
-                   swap_bounds=True)
-
-
-def _llama3_no_two_pi(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                      original_max_position_embeddings=8192):
-    return _llama3(head_dim, base, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings,
-                   two_pi=False)
-
-
-def _llama3_s_inverted(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                       original_max_position_embeddings=8192):
-    return _llama3(head_dim, base, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings,
-                   s_inverted=True)
+# the catalogued Llama 3 mistakes: the exercise's signature, one flag of _llama3 changed
+_llama3_no_smoothing = functools.partial(_llama3, smooth=False)
+_llama3_multiply = functools.partial(_llama3, multiply=True)
+_llama3_swapped_weights = functools.partial(_llama3, swap_weights=True)
+_llama3_swapped_bounds = functools.partial(_llama3, swap_bounds=True)
+_llama3_no_two_pi = functools.partial(_llama3, two_pi=False)
+_llama3_s_inverted = functools.partial(_llama3, s_inverted=True)
 
 
 # ---------------------------------------------------------------------------------------------

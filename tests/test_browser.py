@@ -208,9 +208,15 @@ def test_learner_notebook_in_jupyterlab(notebook, lab, page):
             assert dirty == 0, "the notebook is marked modified right after opening it"
         page.keyboard.press("Control+s")
         page.wait_for_function("() => !document.querySelector('.lm-TabBar-tab.jp-mod-dirty')", timeout=30_000)
-        saved = (lab.root / "notebooks" / notebook.name).read_text(encoding="utf-8")
         committed = notebook.read_text(encoding="utf-8").replace(
             f'"version": "{recorded}"', f'"version": "{platform.python_version()}"')
+        # the tab turns clean when the server answers, which can be a moment before the file on
+        # disk is complete (a CI run read it without its last newline): read until it settles
+        path, deadline = lab.root / "notebooks" / notebook.name, time.monotonic() + 10
+        saved = path.read_text(encoding="utf-8")
+        while saved != committed and time.monotonic() < deadline:
+            page.wait_for_timeout(250)
+            saved = path.read_text(encoding="utf-8")
         assert saved == committed, "JupyterLab saves the untouched notebook differently from the committed file"
 
     with step(page, "3-no-instructor-ui"):

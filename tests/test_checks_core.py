@@ -216,3 +216,107 @@ def test_a_backward_call_returns_the_gradients_and_names_a_parameter_it_never_re
         bad = run_call(call, {"Scale": lambda d, cut=cut: _Scale(d, cut=cut)})
         assert bad.kind == "error" and bad.error_type == "NoGradient" and says in bad.error_message, bad
     assert "no gradient" in judge_case(Case("Scale", "trains", [call], lambda j: j.values(n=2)), [bad]).message
+
+
+# -- steps, instances and row counts (notebooks 05-07: caches, probe models, MoE experts) -------
+class _Cache:
+    """A tiny correct cache (the learner's KVCache in the real cases)."""
+
+    def __init__(self):
+        self.k = None
+
+    def update(self, k):
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=1)
+        return self.k
+
+    @property
+    def seq_len(self):
+        return 0 if self.k is None else self.k.shape[1]
+
+
+class _Summer(torch.nn.Module):
+    """Adds every input it has seen (through the cache) to the new one."""
+
+    def forward(self, x, cache=None):
+        if cache is None:
+            return x.cumsum(dim=1)
+        return x + cache.update(x).sum(dim=1, keepdim=True) - x.sum(dim=1, keepdim=True) + \
+            torch.zeros_like(x)
+
+
+def _steps_call() -> Call:
+    from tfcourse.checks import Instance, Step
+    cache = Instance("_Cache", key="c")
+    x1, x2 = torch.ones(1, 2, 3), torch.full((1, 1, 3), 2.0)
+    return Call("_Summer", (), steps=(Step("__call__", (x1,), {"cache": cache}),
+                                      Step("seq_len", on="c", attribute=True),
+                                      Step("__call__", (x2,), {"cache": cache}),
+                                      Step("k", on="c", attribute=True),
+                                      Step("seq_len", on="c", attribute=True)))
+
+
+def test_steps_share_one_instance_per_key_and_their_results_are_flattened_in_order():
+    call = _steps_call()
+    tensors: dict = {}
+    back = call_from_json(call_to_json(call, tensors, "s"), tensors)
+    assert [(s.method, s.on, s.attribute) for s in back.steps] == [(s.method, s.on, s.attribute) for s in call.steps]
+    assert back.steps[0].kwargs["cache"] == call.steps[0].kwargs["cache"]
+    for c in (call, back):
+        # the cache is looked up in the namespace, else in the globals of the code under test
+        for namespace in ({"_Summer": _Summer, "_Cache": _Cache}, {"_Summer": _Summer}):
+            outcome = run_call(c, namespace)
+            assert outcome.kind == "tuple", outcome
+            out1, len1, out2, k, len2 = outcome.tensors
+            assert len1.dtype == torch.int64 and int(len1) == 2 and int(len2) == 3
+            assert k.shape == (1, 3, 3) and torch.equal(out2, torch.full((1, 1, 3), 4.0))
+    assert "then <c>.k" not in call.describe() and "read <c>.k" in call.describe()
+
+
+def test_a_missing_instance_class_or_a_probe_outside_the_checks_is_an_error():
+    from tfcourse.checks import Instance, Step
+    call = _steps_call()
+    no_cache = run_call(call, {"_Summer": lambda: _Summer()})  # a lambda's globals are this module's
+    assert no_cache.ok
+    missing = run_call(Call("f", (Instance("Nowhere"),)), {"f": lambda c: c})
+    assert missing.error_type == "NameError" and "Nowhere" in missing.error_message
+    outside = run_call(Call("f", (Instance("os:getcwd"),)), {"f": lambda c: torch.zeros(1)})
+    assert outside.error_type == "ValueError" and "tfcourse.checks." in outside.error_message
+    in_place = run_call(Call("_Summer", (), steps=(Step("__call__", (torch.ones(1, 2, 3),),
+                                                        {"cache": Instance("_Cache")}),)),
+                        {"_Summer": _InPlaceSummer, "_Cache": _Cache})
+    assert in_place.error_type == "ModifiedInput"
+
+
+class _InPlaceSummer(torch.nn.Module):
+    def forward(self, x, cache=None):
+        return x.add_(1)
+
+
+class _Router(torch.nn.Module):
+    """Two experts; token i goes to expert i % 2, or to both when ``dense``."""
+
+    def __init__(self, dense: bool):
+        super().__init__()
+        self.experts = torch.nn.ModuleList([torch.nn.Identity(), torch.nn.Identity()])
+        self.dense = dense
+
+    def forward(self, x):
+        flat = x.reshape(-1, x.shape[-1])
+        if self.dense:
+            return self.experts[0](flat) + self.experts[1](flat)
+        return self.experts[0](flat[0::2]).sum() + self.experts[1](flat[1::2]).sum()
+
+
+def test_count_rows_of_counts_the_rows_each_child_receives():
+    call = Call("_Router", (False,), forward_args=(torch.ones(1, 5, 4),), count_rows_of="experts")
+    tensors: dict = {}
+    back = call_from_json(call_to_json(call, tensors, "r"), tensors)
+    assert back.count_rows_of == "experts"
+    sparse = run_call(back, {"_Router": _Router})
+    assert sparse.tensors[-1].tolist() == [3, 2]
+    dense = run_call(Call("_Router", (True,), forward_args=(torch.ones(1, 5, 4),), count_rows_of="experts"),
+                     {"_Router": _Router})
+    assert dense.tensors[-1].tolist() == [5, 5]
+    nothing = run_call(Call("_Router", (True,), forward_args=(torch.ones(1, 5, 4),), count_rows_of="gate"),
+                       {"_Router": _Router})
+    assert nothing.error_type == "AttributeError" and "`gate`" in nothing.error_message

@@ -49,7 +49,8 @@ def as_float64(call: Call) -> Call:
         call, args=_to64(call.args), kwargs=_to64(call.kwargs),
         state=None if call.state is None else _to64(call.state),
         forward_args=None if call.forward_args is None else _to64(call.forward_args),
-        forward_kwargs=_to64(call.forward_kwargs))
+        forward_kwargs=_to64(call.forward_kwargs),
+        steps=tuple(dataclasses.replace(st, args=_to64(st.args), kwargs=_to64(st.kwargs)) for st in call.steps))
 
 
 def reference64(notebook: str, call: Call) -> Outcome:

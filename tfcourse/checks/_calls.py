@@ -10,6 +10,7 @@ an object that claims to be equal to something) or the exception that was raised
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import traceback
 from dataclasses import dataclass, field
@@ -17,7 +18,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["Call", "DEVICE", "MODIFIED_INPUT", "NO_GRADIENT", "grad_output_for", "TorchModule", "Outcome", "load_parameters", "run_call", "TORCH_MODULES"]
+__all__ = ["Call", "DEVICE", "Instance", "MODIFIED_INPUT", "NO_GRADIENT", "grad_output_for", "Step", "TorchModule",
+           "Outcome", "load_parameters", "run_call", "TORCH_MODULES"]
 
 # An argument that stands for "the device the check runs on" (cpu in a notebook, the grader's
 # --device in the grader): ``Call("causal_mask", (4,), {"device": DEVICE})``.
@@ -80,6 +82,42 @@ class TorchModule:
         return module.to(device).eval() if device is not None else module.eval()
 
 
+# Probe classes a case may build by path: only from the course's checks (visible, trusted code).
+CHECKS_PREFIX = "tfcourse.checks."
+
+
+@dataclass(frozen=True)
+class Instance:
+    """An argument built where the call runs, as ``cls(*args, **kwargs)``.
+
+    ``target`` names the class: an exercise or setup name (the learner's ``KVCache``, looked up in
+    the namespace the call runs in, else in the globals of the code under test, so a course
+    solution standing in is used the same way), or ``"tfcourse.checks.<module>:<Name>"`` for a
+    probe class of the checks (e.g. a tiny model that records how it is called). Instances with
+    the same non-empty ``key`` in one :class:`Call` are one object (a cache shared by two forward
+    calls); a :class:`Step` can address it by that key.
+    """
+
+    target: str
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One more call on an object after :class:`Call` built it: ``obj.method(*args, **kwargs)``
+    (``method="__call__"`` is the module's forward, in eval mode and under ``torch.no_grad()``),
+    or, with ``attribute=True``, reading ``obj.method``. ``on``: "" for the object the Call built,
+    else the key of an :class:`Instance` of the same Call (e.g. read ``cache.k`` afterwards)."""
+
+    method: str
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    on: str = ""
+    attribute: bool = False
+
+
 @dataclass(frozen=True)
 class Call:
     """``result = target(*args, **kwargs)``; then optionally load ``state`` into the result
@@ -95,13 +133,20 @@ class Call:
     # parameter names of the module: with them the forward runs with autograd on, the output is
     # back-propagated with ``grad_output_for(output)``, and the outcome is (output, their .grad ...)
     grad_of: tuple[str, ...] = ()
+    # calls made on the built object (and on Instances) in order; the outcome is every step's
+    # result flattened (see run_call). Used instead of, or after, forward_args.
+    steps: tuple[Step, ...] = ()
+    # the name of a submodule (an nn.ModuleList such as MoE's ``experts``): every child's forward
+    # gets a hook that counts the rows it receives (inputs as (-1, last axis)); the outcome gets
+    # one more tensor at the end, int64 (number of children,)
+    count_rows_of: str = ""
 
     def on_device(self) -> bool:
         """Whether the answer should live on the run's device: a tensor argument or DEVICE
         was passed. Otherwise (only Python numbers) new tensors belong on the CPU."""
         values = list(self.args) + list(self.kwargs.values())
-        return any(isinstance(v, torch.Tensor | TorchModule) or v == DEVICE for v in values) or \
-            self.state is not None
+        return any(isinstance(v, torch.Tensor | TorchModule | Instance) or v == DEVICE for v in values) or \
+            self.state is not None or bool(self.steps)
 
     def describe(self) -> str:
         """A short, reproducible description of the inputs: shapes and dtypes, not values."""
@@ -114,6 +159,16 @@ class Call:
             fparts = [_describe(a) for a in self.forward_args]
             fparts += [f"{k}={_describe(v)}" for k, v in self.forward_kwargs.items()]
             text += f", called on ({', '.join(fparts)})"
+        for step in self.steps:
+            owner = f"<{step.on}>" if step.on else "it"
+            if step.attribute:
+                text += f", then read {owner}.{step.method}"
+                continue
+            sparts = [_describe(a) for a in step.args] + [f"{k}={_describe(v)}" for k, v in step.kwargs.items()]
+            name = "" if step.method == "__call__" else f".{step.method}"
+            text += f", then {owner}{name}({', '.join(sparts)})"
+        if self.count_rows_of:
+            text += f", counting the rows each of `{self.count_rows_of}` receives"
         if self.grad_of:
             text += ", then backward: the gradients of " + ", ".join(f"`{n}`" for n in self.grad_of)
         return text
@@ -128,6 +183,10 @@ def _describe(value: Any) -> str:
     if isinstance(value, TorchModule):
         kw = ", ".join(f"{k}={v!r}" for k, v in value.kwargs.items())
         return f"nn.{value.cls}({kw})"
+    if isinstance(value, Instance):
+        inner = [_describe(a) for a in value.args] + [f"{k}={_describe(v)}" for k, v in value.kwargs.items()]
+        name = value.target.rpartition(":")[2]
+        return f"{name}({', '.join(inner)})" + (f" <{value.key}>" if value.key else "")
     if isinstance(value, tuple | list):
         inner = ", ".join(_describe(v) for v in value)
         return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
@@ -164,19 +223,68 @@ class Outcome:
         return f"{self.error_type}: {last}"
 
 
-def _materialize(value: Any, device: torch.device | str | None) -> Any:
+class _Instances:
+    """Builds the :class:`Instance` arguments of one call, one object per key."""
+
+    def __init__(self, namespace: dict[str, Any], target: Any) -> None:
+        self.namespace = namespace
+        self.scope = _globals_of(target)
+        self.by_key: dict[str, Any] = {}
+
+    def cls(self, name: str) -> Any:
+        if ":" in name:
+            module, _, attr = name.partition(":")
+            if not module.startswith(CHECKS_PREFIX):
+                raise ValueError(f"a probe class must come from {CHECKS_PREFIX}*, not {module}")
+            return getattr(importlib.import_module(module), attr)
+        if name in self.namespace:
+            return self.namespace[name]
+        if name in self.scope:
+            return self.scope[name]
+        raise NameError(f"`{name}` is not defined")
+
+    def build(self, value: Instance, device: torch.device | str | None) -> Any:
+        if value.key and value.key in self.by_key:
+            return self.by_key[value.key]
+        obj = self.cls(value.target)(*_materialize(value.args, device, self),
+                                     **_materialize(value.kwargs, device, self))
+        if isinstance(obj, torch.nn.Module) and device is not None:
+            obj = obj.to(device)
+        if value.key:
+            self.by_key[value.key] = obj
+        return obj
+
+
+def _globals_of(obj: Any) -> dict[str, Any]:
+    """The namespace ``obj``'s code looks names up in (a function's, or a class's methods')."""
+    found = getattr(obj, "__globals__", None)
+    if isinstance(found, dict):
+        return found
+    if isinstance(obj, type):
+        for value in vars(obj).values():
+            found = getattr(value, "__globals__", None)
+            if isinstance(found, dict):
+                return found
+    return {}
+
+
+def _materialize(value: Any, device: torch.device | str | None, instances: _Instances | None = None) -> Any:
     if isinstance(value, str) and value == DEVICE:
         return torch.device(device if device is not None else "cpu")
     if isinstance(value, torch.Tensor):
         return value.to(device).clone() if device is not None else value.clone()
     if isinstance(value, TorchModule):
         return value.build(device)
+    if isinstance(value, Instance):
+        if instances is None:
+            raise ValueError("an Instance argument outside a call")
+        return instances.build(value, device)
     if isinstance(value, tuple):
-        return tuple(_materialize(v, device) for v in value)
+        return tuple(_materialize(v, device, instances) for v in value)
     if isinstance(value, list):
-        return [_materialize(v, device) for v in value]
+        return [_materialize(v, device, instances) for v in value]
     if isinstance(value, dict):
-        return {k: _materialize(v, device) for k, v in value.items()}
+        return {k: _materialize(v, device, instances) for k, v in value.items()}
     return value
 
 
@@ -306,13 +414,20 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
     An answer that changes a tensor it was given (an argument or a forward input) gets an error
     outcome of type ``MODIFIED_INPUT`` instead of its result: the course's functions and modules
     leave their inputs as they were (docs/conventions.md), as a caller that keeps using the
-    tensor (a residual stream, a KV cache) relies on."""
+    tensor (a residual stream, a KV cache) relies on.
+
+    With ``call.steps``, the outcome is the results of every step (after the forward call's, if
+    any) flattened in order: a tensor counts one, a tuple or list of tensors one per tensor, a
+    Python bool/int/float one 0-dim tensor (bool, int64, float64), None an empty float64 tensor
+    of shape (0,). With ``call.count_rows_of``, the rows counted are one more int64 tensor at
+    the end."""
     target = namespace.get(call.target)
     if target is None:
         return Outcome("error", error_type="NameError", error_message=f"`{call.target}` is not defined")
     try:
-        args = _materialize(call.args, device)
-        kwargs = _materialize(call.kwargs, device)
+        instances = _Instances(namespace, target)
+        args = _materialize(call.args, device, instances)
+        kwargs = _materialize(call.kwargs, device, instances)
         watched = _watch(target, args, kwargs)
         result = target(*args, **kwargs)
         if (modified := _modified(watched)) is not None:
@@ -324,12 +439,17 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
             if device is not None or dtype is not None:
                 result = result.to(device=device, dtype=dtype)
             load_parameters(result, _materialize(call.state, device))
+        rows = _RowCounter(result, call.count_rows_of) if call.count_rows_of else None
+        if isinstance(rows, Outcome):
+            return rows
+        results: list[Any] = []
+        built = result
         if call.forward_args is not None:
             if not isinstance(result, torch.nn.Module):
                 return Outcome("bad_type", type_name=f"{type(result).__name__} (expected an nn.Module)")
             result.eval()
-            forward_args = _materialize(call.forward_args, device)
-            forward_kwargs = _materialize(call.forward_kwargs, device)
+            forward_args = _materialize(call.forward_args, device, instances)
+            forward_kwargs = _materialize(call.forward_kwargs, device, instances)
             watched = _watch(result.forward, forward_args, forward_kwargs)
             if call.grad_of:
                 result = _forward_and_gradients(result, call.grad_of, forward_args, forward_kwargs)
@@ -340,11 +460,89 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
                     result = result(*forward_args, **forward_kwargs)
             if (modified := _modified(watched)) is not None:
                 return modified
-        return outcome_of(result)
+            results.append(result)
+        for step in call.steps:
+            owner = built if not step.on else instances.by_key.get(step.on)
+            if owner is None:
+                raise ValueError(f"no Instance with key {step.on!r} in this call")
+            if step.attribute:
+                results.append(getattr(owner, step.method))
+                continue
+            if step.method == "__call__":
+                fn = owner  # a module's __call__, so that hooks run; its forward names the arguments
+                if isinstance(owner, torch.nn.Module):
+                    owner.eval()
+                signature_of = owner.forward if isinstance(owner, torch.nn.Module) else owner
+            else:
+                fn = signature_of = getattr(owner, step.method)
+            step_args = _materialize(step.args, device, instances)
+            step_kwargs = _materialize(step.kwargs, device, instances)
+            watched = _watch(signature_of, step_args, step_kwargs)
+            with torch.no_grad():
+                value = fn(*step_args, **step_kwargs)
+            if (modified := _modified(watched)) is not None:
+                return modified
+            results.append(value)
+        if rows is not None:
+            results.append(rows.counts())
+            rows.remove()
+        if not call.steps and rows is None:
+            return outcome_of(result)
+        return _flattened(results)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit too: learner code must not end the check
         return outcome_of_exception(exc)
+
+
+class _RowCounter:
+    """Forward pre-hooks on every child of one submodule, counting the rows each receives."""
+
+    def __new__(cls, module: Any, name: str) -> Any:
+        if not isinstance(module, torch.nn.Module):
+            return Outcome("bad_type", type_name=f"{type(module).__name__} (expected an nn.Module)")
+        try:
+            children = list(module.get_submodule(name).children())
+        except AttributeError:
+            return Outcome("error", error_type="AttributeError",
+                           error_message=f"the module has no submodule `{name}`")
+        self = super().__new__(cls)
+        self.rows = [0] * len(children)
+        self.handles = [child.register_forward_pre_hook(self._hook(i)) for i, child in enumerate(children)]
+        return self
+
+    def _hook(self, index: int) -> Any:
+        def hook(_module: torch.nn.Module, inputs: tuple) -> None:
+            first = inputs[0] if inputs else None
+            if isinstance(first, torch.Tensor) and first.dim() > 0:
+                self.rows[index] += first.numel() // max(first.shape[-1], 1)
+        return hook
+
+    def counts(self) -> torch.Tensor:
+        return torch.tensor(self.rows, dtype=torch.int64)
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def _flattened(results: list[Any]) -> Outcome:
+    """The results of a call's steps as one outcome (see run_call)."""
+    tensors: list[Any] = []
+    for value in results:
+        if type(value) in (tuple, list):
+            tensors.extend(value)
+        elif type(value) is bool:
+            tensors.append(torch.tensor(value))
+        elif type(value) is int:
+            tensors.append(torch.tensor(value, dtype=torch.int64))
+        elif type(value) is float:
+            tensors.append(torch.tensor(value, dtype=torch.float64))
+        elif value is None:
+            tensors.append(torch.zeros(0, dtype=torch.float64))
+        else:
+            tensors.append(value)
+    return outcome_of(tuple(tensors))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,6 +561,8 @@ def call_to_json(call: Call, tensors: dict[str, torch.Tensor], prefix: str) -> d
             return {"$t": key}
         if isinstance(value, TorchModule):
             return {"$m": value.cls, "kwargs": enc(value.kwargs), "state": enc(value.state)}
+        if isinstance(value, Instance):
+            return {"$i": value.target, "args": enc(value.args), "kwargs": enc(value.kwargs), "key": value.key}
         if isinstance(value, tuple):
             return {"$tuple": [enc(v) for v in value]}
         if isinstance(value, list):
@@ -381,6 +581,9 @@ def call_to_json(call: Call, tensors: dict[str, torch.Tensor], prefix: str) -> d
         "forward_args": enc(call.forward_args) if call.forward_args is not None else None,
         "forward_kwargs": enc(call.forward_kwargs),
         "grad_of": [str(n) for n in call.grad_of],
+        "steps": [{"method": st.method, "args": enc(st.args), "kwargs": enc(st.kwargs), "on": st.on,
+                   "attribute": bool(st.attribute)} for st in call.steps],
+        "count_rows_of": call.count_rows_of,
     }
 
 
@@ -391,6 +594,8 @@ def call_from_json(spec: dict, tensors: dict[str, torch.Tensor]) -> Call:
                 return tensors[value["$t"]]
             if "$m" in value:
                 return TorchModule(value["$m"], dec(value["kwargs"]), dec(value["state"]))
+            if "$i" in value:
+                return Instance(str(value["$i"]), dec(value["args"]), dec(value["kwargs"]), str(value["key"]))
             if "$tuple" in value:
                 return tuple(dec(v) for v in value["$tuple"])
             if "$dict" in value:
@@ -408,6 +613,9 @@ def call_from_json(spec: dict, tensors: dict[str, torch.Tensor]) -> Call:
         forward_args=dec(spec["forward_args"]) if spec["forward_args"] is not None else None,
         forward_kwargs=dec(spec["forward_kwargs"]),
         grad_of=tuple(str(n) for n in spec.get("grad_of", [])),
+        steps=tuple(Step(str(st["method"]), dec(st["args"]), dec(st["kwargs"]), str(st["on"]),
+                         bool(st["attribute"])) for st in spec.get("steps", [])),
+        count_rows_of=str(spec.get("count_rows_of", "")),
     )
 
 

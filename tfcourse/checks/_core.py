@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 import torch
 
 from ..notebook import bound_names, demo_names, normalise_source
-from ._calls import MODIFIED_INPUT, NO_GRADIENT, Call, Outcome, run_call
+from ._calls import MODIFIED_INPUT, NO_GRADIENT, Call, Outcome, _globals_of, run_call
 
 __all__ = [
     "Case",
@@ -485,19 +485,6 @@ def demo_dependencies(exercise: str, obj: Any, notebook: NotebookChecks | None) 
     used -= set(notebook.exercises) | set(dir(builtins))
     used -= _defined_by_learner(used, released)
     return sorted(used)
-
-
-def _globals_of(obj: Any) -> dict | None:
-    """The namespace ``obj``'s code looks names up in (the notebook's, for a learner's answer)."""
-    found = getattr(obj, "__globals__", None)
-    if isinstance(found, dict):
-        return found
-    if isinstance(obj, type):
-        for value in vars(obj).values():
-            found = getattr(value, "__globals__", None)
-            if isinstance(found, dict):
-                return found
-    return None
 
 
 def _first_failure(exercise: str, cases: list[Case], namespace: dict[str, Any]) -> CheckFailed | None:

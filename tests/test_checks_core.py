@@ -317,6 +317,9 @@ def test_count_rows_of_counts_the_rows_each_child_receives():
     dense = run_call(Call("_Router", (True,), forward_args=(torch.ones(1, 5, 4),), count_rows_of="experts"),
                      {"_Router": _Router})
     assert dense.tensors[-1].tolist() == [5, 5]
+    leaf = run_call(Call("_Router", (True,), forward_args=(torch.ones(1, 5, 4),), count_rows_of="experts.1"),
+                    {"_Router": _Router})
+    assert leaf.tensors[-1].tolist() == [5]
     nothing = run_call(Call("_Router", (True,), forward_args=(torch.ones(1, 5, 4),), count_rows_of="gate"),
                        {"_Router": _Router})
     assert nothing.error_type == "AttributeError" and "`gate`" in nothing.error_message

@@ -138,7 +138,8 @@ class Call:
     steps: tuple[Step, ...] = ()
     # the name of a submodule (an nn.ModuleList such as MoE's ``experts``): every child's forward
     # gets a hook that counts the rows it receives (inputs as (-1, last axis)); the outcome gets
-    # one more tensor at the end, int64 (number of children,)
+    # one more tensor at the end, int64 (number of children,). A submodule without children
+    # (an nn.Linear such as MLA's ``kv_b_proj``) is counted itself: (1,)
     count_rows_of: str = ""
 
     def on_device(self) -> bool:
@@ -502,7 +503,8 @@ class _RowCounter:
         if not isinstance(module, torch.nn.Module):
             return Outcome("bad_type", type_name=f"{type(module).__name__} (expected an nn.Module)")
         try:
-            children = list(module.get_submodule(name).children())
+            counted = module.get_submodule(name)
+            children = list(counted.children()) or [counted]  # a leaf (nn.Linear) counts itself
         except AttributeError:
             return Outcome("error", error_type="AttributeError",
                            error_message=f"the module has no submodule `{name}`")

@@ -16,14 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# Notebooks 01-05, from the course's reference solutions (not from your notebooks, so this
-# notebook works while those are unfinished):
+# Notebooks 01, 03, 04 and 05, from the course's reference solutions (not from your notebooks, so
+# this notebook works while those are unfinished):
 # causal_mask(t_q, t_k=None) -> (T, S) bool, bottom-right aligned, True = may attend;
-# scaled_dot_product_attention(q, k, v, mask=None) -> (out, weights), scores / sqrt(Dh);
+# scaled_dot_product_attention(q, k, v, mask=None) -> (out, weights), scores divided by sqrt(Dh);
 # rope_cos_sin(positions, head_dim, base=10000.0) -> (cos, sin), each (T, Dh) float32, rotate-half;
-# apply_rope(x, cos, sin): x (B, H, T, Dh) -> (B, H, T, Dh);
-# RMSNorm(dim, eps=1e-6) with one parameter, weight;
-# SwiGLU(d_model, d_ff) with gate_proj, up_proj, down_proj (no biases).
+# apply_rope(x, cos, sin): x (B, H, T, Dh) rotated at the tables' positions -> (B, H, T, Dh);
+# RMSNorm(dim, eps=1e-6): one parameter, weight (D,);
+# SwiGLU(d_model, d_ff): gate_proj, up_proj, down_proj, no biases; (..., D) -> (..., D).
 from tfcourse.reference.nb01_attention import causal_mask, scaled_dot_product_attention
 from tfcourse.reference.nb03_positional_encodings import apply_rope, rope_cos_sin
 from tfcourse.reference.nb04_normalisation import RMSNorm

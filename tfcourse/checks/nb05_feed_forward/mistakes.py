@@ -1,0 +1,549 @@
+"""Notebook 05's catalogue of known wrong implementations, with the hint each one earns.
+
+Every function has its exercise's signature (a class for the modules). A hint is shown only when
+exactly one catalogued mistake reproduces the answer on every call of the failing case
+(``Judge.mistake_hint``), so the visible cases are built to tell these apart: float64 inputs up
+to |x| = 8 separate the exact GELU from its tanh form (they differ by up to 4.7e-4), random
+weights separate the gate and up branches, Llama's real widths separate the roundings, top_k = 2
+separates renormalised weights from raw ones and balanced routing separates Switch's N·K
+normalisation from Hugging Face's N.
+
+This module must not import the course's reference solutions (the grader's child imports the
+checks package and cannot see them): the experts of the MoE mistakes are its own SwiGLU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .._core import Mistake
+
+__all__ = ["HINTS", "MISTAKES"]
+
+_HALF = (torch.float16, torch.bfloat16)
+
+HINTS = {
+    # gelu
+    "tanh_for_exact": 'approximate="none" is the exact form 0.5·x·(1 + erf(x/√2)): the tanh formula is '
+                      'the approximation, used only when approximate="tanh"',
+    "erf_for_tanh": 'approximate="tanh" asks for the tanh approximation 0.5·x·(1 + tanh(√(2/π)·(x + '
+                    '0.044715·x³))), not the exact erf form',
+    "no_sqrt2": "Φ(x) = 0.5·(1 + erf(x/√2)): divide x by √2 inside erf (math.sqrt(2.0))",
+    "no_half": "Φ(x) = 0.5·(1 + erf(x/√2)): the 0.5 belongs to the normal CDF, so GELU(x) = 0.5·x·(1 + ...)",
+    "quick_gelu": "x·σ(1.702·x) is a cheaper approximation (\"quick GELU\"); the exercise asks for the "
+                  "exact erf form and Hendrycks & Gimpel's tanh form",
+    "silu_not_gelu": "x·σ(x) is SiLU (Swish), not GELU: GELU(x) = x·Φ(x) = 0.5·x·(1 + erf(x/√2))",
+    "no_cube": "the tanh form has a cubic term: tanh(√(2/π)·(x + 0.044715·x³))",
+    "tanh_constant": "the constant inside tanh is √(2/π) = math.sqrt(2.0 / math.pi) ≈ 0.798, multiplying "
+                     "(x + 0.044715·x³)",
+    "float64_down": "upcast half precision only: .float() turns float64 input into float32; keep float64 as "
+                    "it is (h = x.to(torch.promote_types(x.dtype, torch.float32)))",
+    "float32_out": "you computed in float32: cast the result back with .to(x.dtype) before returning",
+    "approximate_error": 'raise ValueError when approximate is neither "none" nor "tanh" (an unknown value '
+                         "must not silently pick a form)",
+    # FeedForward
+    "ff_tanh": 'FeedForward uses the exact GELU: gelu(h) with the default approximate="none" (or F.gelu(h)), '
+               "not the tanh form",
+    "ff_relu": "the activation is GELU, not ReLU: down_proj(gelu(up_proj(x)))",
+    "ff_silu": "the activation is GELU, not SiLU: down_proj(gelu(up_proj(x)))",
+    "ff_no_act": "apply GELU between the two layers: without it the FFN is one linear map",
+    "ff_act_after": "GELU goes between the layers, on up_proj's output: down_proj(gelu(up_proj(x))), not "
+                    "gelu(down_proj(up_proj(x)))",
+    "ff_act_both": "GELU once, between the layers: down_proj(gelu(up_proj(x))); nothing after down_proj",
+    # SwiGLU
+    "glu_sigmoid": "SwiGLU gates with SiLU (Swish), z·σ(z) = F.silu(z): σ(gate_proj(x)) alone is GLU, a "
+                   "different unit",
+    "silu_after": "SiLU goes on the gate branch before the product: silu(gate_proj(x)) * up_proj(x), not "
+                  "silu(gate_proj(x) * up_proj(x))",
+    "gate_up_swapped": "the SiLU goes on gate_proj's output; up_proj's stays linear: "
+                       "silu(gate_proj(x)) * up_proj(x)",
+    "geglu": "GELU on the gate is GeGLU (Gemma): SwiGLU uses SiLU, F.silu(gate_proj(x))",
+    "bilinear": "apply SiLU to the gate branch: silu(gate_proj(x)) * up_proj(x); without it the unit is "
+                "bilinear",
+    "silu_both": "only the gate branch goes through SiLU: silu(gate_proj(x)) * up_proj(x)",
+    # swiglu_hidden_dim
+    "round_down": "round UP to a multiple of multiple_of: multiple_of * ((hidden + multiple_of - 1) // "
+                  "multiple_of); // alone rounds down (and round() to the nearest)",
+    "multiplier_after": "apply ffn_dim_multiplier before rounding: hidden = int(ffn_dim_multiplier * hidden), "
+                        "then round up (Llama-3-8B: 14336)",
+    "no_two_thirds": "start from two thirds of 4·D: hidden = int(2 * 4 * d_model / 3) (the third matrix is "
+                     "paid for with a narrower width)",
+    "no_four": "the width starts from the GELU MLP's 4·D: int(2 * 4 * d_model / 3), not two thirds of D",
+    "multiple_ignored": "round up to a multiple of the multiple_of you are given, not a fixed 256",
+    "multiplier_ignored": "when ffn_dim_multiplier is given, hidden = int(ffn_dim_multiplier * hidden) "
+                          "before rounding",
+    "python_int": "return a Python int: integer arithmetic (//) keeps it an int; math.ceil gives an int too, "
+                  "but a float (/), numpy or torch value does not (int(...) converts)",
+    "hidden_error": "raise ValueError when d_model or multiple_of is not a positive int "
+                    "(isinstance(v, int) and v > 0)",
+    # MoE
+    "no_renorm": "renormalise the K kept weights so they sum to 1: weights / weights.sum(-1, keepdim=True) "
+                 "(Mixtral); the raw softmax values of the top K sum to less than 1",
+    "smallest": "top-K means the K largest probabilities: torch.topk(probs, K, dim=-1) (largest=True is "
+                "the default)",
+    "softmax_tokens": "softmax over the E experts of each token (dim=-1 of the (N, E) logits), not over the "
+                      "tokens",
+    "logits_btE": "return router_logits as (N, E) with N = B·T: compute the gate on x.reshape(-1, D) (or "
+                  "reshape its output), as Hugging Face's Mixtral does",
+    "dense": "call each expert only on the tokens routed to it: token, slot = torch.where(expert_index == e), "
+             "then expert(h[token]); running every expert on every token does E/K times the work",
+    "no_softmax": "the weights come from the softmax over the E experts: probs = softmax(router_logits, "
+                  "dim=-1), then top-K of probs and renormalise",
+    "unweighted": "scale each expert's output by its routing weight before adding: "
+                  "expert(h[token]) * weights[token, slot, None]",
+    "expert_parts": "call each expert module itself, expert(h[token]): the checks count the rows each "
+                    "expert's forward receives (calling its gate_proj/up_proj directly bypasses it)",
+    "moe_top_k": "raise ValueError unless 1 <= top_k <= num_experts",
+    # load_balancing_loss
+    "no_E": "multiply by the number of experts E: loss = E · Σ_e f_e · P_e, so that perfectly balanced "
+            "routing gives 1.0",
+    "hf_norm": "divide the counts by N·K assignments, not by N tokens: Hugging Face's load_balancing_loss_func "
+               "divides by N, so balanced routing gives K there; here it must give 1.0",
+    "soft_f": "f_e counts the top-K assignments to expert e (a count, via bincount or one_hot), not the "
+              "mean probability: E · Σ P_e² is another quantity",
+    "top1_f": "count all K slots of each token's top-K (topk(probs, top_k).indices), not only the first",
+    "P_logits": "P_e is the mean router probability: the softmax over experts, averaged over the tokens, "
+                "not the mean of the logits",
+    "P_tokens": "the probabilities come from a softmax over the E experts of each token (dim=-1), then the "
+                "mean over tokens (dim=0)",
+    "per_expert": "return one number: the sum over experts, E · (f * P).sum(), a 0-dim tensor",
+    # route_with_capacity
+    "token_major": "offer the assignments slot by slot: slot 0 of every token (in token order) first, then "
+                   "slot 1, ...: expert_index.T.reshape(-1), not expert_index.reshape(-1)",
+    "off_by_one": "an expert accepts the first `capacity` assignments: keep position <= capacity with "
+                  "1-based positions (or < capacity with 0-based ones)",
+    "renorm_after": "dropping does not change the weights: return the top-K weights renormalised over the K "
+                    "(not zeroed, not renormalised again over the kept slots); kept says which slots are dropped",
+    "ascending": "list each token's K experts in descending probability (torch.topk's order)",
+    "capacity_error": "raise ValueError when capacity < 0",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# gelu(x, approximate="none")
+# ---------------------------------------------------------------------------------------------
+def _up(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def _erf_form(h):
+    return 0.5 * h * (1.0 + torch.erf(h / math.sqrt(2.0)))
+
+
+def _tanh_form(h):
+    return 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * h.pow(3))))
+
+
+def _gelu(x, approximate, exact=_erf_form, tanh=_tanh_form, up=_up, cast=True):
+    if approximate not in ("none", "tanh"):
+        raise ValueError("approximate must be 'none' or 'tanh'")
+    h = up(x)
+    y = exact(h) if approximate == "none" else tanh(h)
+    return y.to(x.dtype) if cast else y
+
+
+def _gelu_tanh_always(x, approximate="none"):
+    return _gelu(x, approximate, exact=_tanh_form)
+
+
+def _gelu_erf_always(x, approximate="none"):
+    return _gelu(x, approximate, tanh=_erf_form)
+
+
+def _gelu_no_sqrt2(x, approximate="none"):
+    return _gelu(x, approximate, exact=lambda h: 0.5 * h * (1.0 + torch.erf(h)))
+
+
+def _gelu_no_half(x, approximate="none"):
+    return _gelu(x, approximate, exact=lambda h: h * (1.0 + torch.erf(h / math.sqrt(2.0))))
+
+
+def _gelu_quick(x, approximate="none"):
+    return _gelu(x, approximate, exact=lambda h: h * torch.sigmoid(1.702 * h))
+
+
+def _gelu_silu(x, approximate="none"):
+    return _gelu(x, approximate, exact=lambda h: h * torch.sigmoid(h))
+
+
+def _gelu_no_cube(x, approximate="none"):
+    return _gelu(x, approximate, tanh=lambda h: 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * h)))
+
+
+def _gelu_tanh_constant(x, approximate="none"):  # sqrt(2) / pi instead of sqrt(2 / pi)
+    return _gelu(x, approximate, tanh=lambda h: 0.5 * h * (1.0 + torch.tanh(
+        math.sqrt(2.0) / math.pi * (h + 0.044715 * h.pow(3)))))
+
+
+def _gelu_float32(x, approximate="none"):
+    return _gelu(x, approximate, up=lambda h: h.float())
+
+
+def _gelu_float32_out(x, approximate="none"):
+    return _gelu(x, approximate, cast=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# FeedForward(d_model, d_ff, bias=True)
+# ---------------------------------------------------------------------------------------------
+class _FeedForward(nn.Module):
+    """FeedForward with an activation switch (for hints only)."""
+
+    def __init__(self, d_model: int, d_ff: int, bias: bool = True):
+        super().__init__()
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+
+    def act(self, h):
+        return F.gelu(h)
+
+    def forward(self, x):
+        return self.down_proj(self.act(self.up_proj(x)))
+
+
+def _ff_variant(name: str, act=None, forward=None) -> type[_FeedForward]:
+    body = {}
+    if act is not None:
+        body["act"] = lambda self, h: act(h)
+    if forward is not None:
+        body["forward"] = forward
+    return type(name, (_FeedForward,), body)
+
+
+_FF_TANH = _ff_variant("TanhFeedForward", act=lambda h: F.gelu(h, approximate="tanh"))
+_FF_RELU = _ff_variant("ReluFeedForward", act=F.relu)
+_FF_SILU = _ff_variant("SiluFeedForward", act=F.silu)
+_FF_NONE = _ff_variant("LinearFeedForward", act=lambda h: h)
+_FF_AFTER = _ff_variant("GeluAfterFeedForward", forward=lambda self, x: F.gelu(self.down_proj(self.up_proj(x))))
+_FF_BOTH = _ff_variant("GeluTwiceFeedForward",
+                       forward=lambda self, x: F.gelu(self.down_proj(F.gelu(self.up_proj(x)))))
+
+
+# ---------------------------------------------------------------------------------------------
+# SwiGLU(d_model, d_ff)
+# ---------------------------------------------------------------------------------------------
+class _SwiGLU(nn.Module):
+    """SwiGLU with a switch for how the two branches combine (for hints; correct by default)."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+    def combine(self, gate, up):
+        return F.silu(gate) * up
+
+    def forward(self, x):
+        return self.down_proj(self.combine(self.gate_proj(x), self.up_proj(x)))
+
+
+def _swiglu_variant(name: str, combine) -> type[_SwiGLU]:
+    return type(name, (_SwiGLU,), {"combine": lambda self, gate, up: combine(gate, up)})
+
+
+_GLU = _swiglu_variant("GLU", lambda g, u: torch.sigmoid(g) * u)
+_SILU_AFTER = _swiglu_variant("SiluAfterSwiGLU", lambda g, u: F.silu(g * u))
+_SWAPPED = _swiglu_variant("SwappedSwiGLU", lambda g, u: F.silu(u) * g)
+_GEGLU = _swiglu_variant("GeGLU", lambda g, u: F.gelu(g) * u)
+_GEGLU_TANH = _swiglu_variant("GeGLUTanh", lambda g, u: F.gelu(g, approximate="tanh") * u)
+_BILINEAR = _swiglu_variant("Bilinear", lambda g, u: g * u)
+_SILU_BOTH = _swiglu_variant("SiluBothSwiGLU", lambda g, u: F.silu(g) * F.silu(u))
+
+
+# ---------------------------------------------------------------------------------------------
+# swiglu_hidden_dim(d_model, multiple_of=256, ffn_dim_multiplier=None)
+# ---------------------------------------------------------------------------------------------
+def _width(d_model, multiple_of=256, ffn_dim_multiplier=None, *, start=lambda d: int(2 * 4 * d / 3),
+           rounding="up", multiplier="before", validate=True):
+    if validate:
+        for value in (d_model, multiple_of):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError("must be a positive int")
+    hidden = start(d_model)
+    if ffn_dim_multiplier is not None and multiplier == "before":
+        hidden = int(ffn_dim_multiplier * hidden)
+    if rounding == "up":
+        hidden = multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+    elif rounding == "down":
+        hidden = multiple_of * (hidden // multiple_of)
+    elif rounding == "nearest":
+        hidden = multiple_of * round(hidden / multiple_of)
+    elif rounding == "fixed":
+        hidden = 256 * ((hidden + 255) // 256)
+    if ffn_dim_multiplier is not None and multiplier == "after":
+        hidden = int(ffn_dim_multiplier * hidden)
+    return hidden
+
+
+def _width_down(d_model, multiple_of=256, ffn_dim_multiplier=None):
+    return _width(d_model, multiple_of, ffn_dim_multiplier, rounding="down")
+
+
+def _width_nearest(d_model, multiple_of=256, ffn_dim_multiplier=None):
+    return _width(d_model, multiple_of, ffn_dim_multiplier, rounding="nearest")
+
+
+def _width_multiplier_after(d_model, multiple_of=256, ffn_dim_multiplier=None):
+    return _width(d_model, multiple_of, ffn_dim_multiplier, multiplier="after")
+
+
+def _width_multiplier_after_int(d_model, multiple_of=256, ffn_dim_multiplier=None):
+    hidden = _width(d_model, multiple_of, None)
+    return hidden if ffn_dim_multiplier is None else int(ffn_dim_multiplier * hidden)
+
+
+def _width_multiplier_ignored(d_model, multiple_of=256, ffn_dim_multiplier=None):
+    return _width(d_model, multiple_of, None)
+
+
+def _width_no_two_thirds(d_model, multiple_of=256, ffn_dim_multiplier=None):
+    return _width(d_model, multiple_of, ffn_dim_multiplier, start=lambda d: 4 * d)
+
+
+def _width_no_four(d_model, multiple_of=256, ffn_dim_multiplier=None):
+    return _width(d_model, multiple_of, ffn_dim_multiplier, start=lambda d: int(2 * d / 3))
+
+
+def _width_fixed_multiple(d_model, multiple_of=256, ffn_dim_multiplier=None):
+    return _width(d_model, multiple_of, ffn_dim_multiplier, rounding="fixed")
+
+
+def _width_no_validation(d_model, multiple_of=256, ffn_dim_multiplier=None):
+    if d_model <= 0 or multiple_of <= 0:  # what the answer would do: anything but raise ValueError
+        return 0
+    return _width(d_model, multiple_of, ffn_dim_multiplier, validate=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# MoE(d_model, d_ff, num_experts, top_k)
+# ---------------------------------------------------------------------------------------------
+class _MoE(nn.Module):
+    """Mixtral-style MoE with switches that turn on one known mistake (for hints only)."""
+
+    softmax_dim = -1
+    largest = True
+    renorm = True
+    dense = False
+    flat_logits = True
+    use_softmax = True
+    weighted = True
+    parts = False
+
+    def __init__(self, d_model: int, d_ff: int, num_experts: int, top_k: int):
+        super().__init__()
+        if not 1 <= top_k <= num_experts:
+            raise ValueError("need 1 <= top_k <= num_experts")
+        self.num_experts, self.top_k = num_experts, top_k
+        self.gate = nn.Linear(d_model, num_experts, bias=False)
+        self.experts = nn.ModuleList(_SwiGLU(d_model, d_ff) for _ in range(num_experts))
+
+    def _expert(self, e: int, h: torch.Tensor) -> torch.Tensor:
+        expert = self.experts[e]
+        if self.parts:  # the expert's layers called directly: its own forward never runs
+            return expert.down_proj(F.silu(expert.gate_proj(h)) * expert.up_proj(h))
+        return expert(h)
+
+    def forward(self, x):
+        h = x.reshape(-1, x.size(-1))
+        logits = self.gate(h)
+        if self.use_softmax:
+            probs = torch.softmax(logits.to(torch.promote_types(x.dtype, torch.float32)), dim=self.softmax_dim)
+        else:
+            probs = logits
+        top, index = probs.topk(self.top_k, dim=-1, largest=self.largest)
+        if self.renorm:
+            top = top / top.sum(dim=-1, keepdim=True)
+        if not self.weighted:
+            top = torch.ones_like(top)
+        top = top.to(x.dtype)
+        y = torch.zeros_like(h)
+        for e in range(self.num_experts):
+            token, slot = torch.where(index == e)
+            if self.dense:
+                w = torch.zeros(h.size(0), dtype=x.dtype, device=x.device)
+                w[token] = top[token, slot]
+                y = y + self._expert(e, h) * w[:, None]
+            elif token.numel():
+                y = y.index_add(0, token, self._expert(e, h[token]) * top[token, slot, None])
+        logits_out = logits if self.flat_logits else logits.reshape(*x.shape[:-1], -1)
+        return y.reshape(x.shape), logits_out
+
+
+def _moe_variant(name: str, **flags) -> type[_MoE]:
+    return type(name, (_MoE,), flags)
+
+
+# ---------------------------------------------------------------------------------------------
+# load_balancing_loss(router_logits, top_k)
+# ---------------------------------------------------------------------------------------------
+def _balance(router_logits, top_k, *, factor="E", norm="NK", f_kind="count", p_kind="softmax", total=True):
+    n, e = router_logits.shape
+    probs = torch.softmax(router_logits.to(torch.promote_types(router_logits.dtype, torch.float32)), dim=-1)
+    index = probs.topk(top_k, dim=-1).indices
+    if f_kind == "count":
+        f = torch.bincount(index.reshape(-1), minlength=e).to(probs.dtype)
+    elif f_kind == "top1":
+        f = torch.bincount(index[:, 0], minlength=e).to(probs.dtype) * top_k
+    else:  # soft: the mean probability, times N·K so the division below gives P
+        f = probs.mean(0) * n * top_k
+    f = f / (n * top_k if norm == "NK" else n)
+    if p_kind == "softmax":
+        P = probs.mean(0)
+    elif p_kind == "logits":
+        P = router_logits.to(probs.dtype).mean(0)
+    else:  # softmax over the tokens
+        P = torch.softmax(router_logits.to(probs.dtype), dim=0).mean(0)
+    loss = f * P if not total else (f * P).sum()
+    return ((e if factor == "E" else 1) * loss).to(router_logits.dtype)
+
+
+def _balance_no_E(router_logits, top_k):
+    return _balance(router_logits, top_k, factor="1")
+
+
+def _balance_hf(router_logits, top_k):
+    return _balance(router_logits, top_k, norm="N")
+
+
+def _balance_soft(router_logits, top_k):
+    return _balance(router_logits, top_k, f_kind="soft")
+
+
+def _balance_top1(router_logits, top_k):
+    return _balance(router_logits, top_k, f_kind="top1")
+
+
+def _balance_P_logits(router_logits, top_k):
+    return _balance(router_logits, top_k, p_kind="logits")
+
+
+def _balance_P_tokens(router_logits, top_k):
+    return _balance(router_logits, top_k, p_kind="tokens")
+
+
+def _balance_per_expert(router_logits, top_k):
+    return _balance(router_logits, top_k, total=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# route_with_capacity(router_logits, top_k, capacity)
+# ---------------------------------------------------------------------------------------------
+def _route(router_logits, top_k, capacity, *, order="slot", first=1, renorm="before", largest=True):
+    if capacity < 0:
+        raise ValueError("capacity must be >= 0")
+    e = router_logits.size(-1)
+    probs = torch.softmax(router_logits.to(torch.promote_types(router_logits.dtype, torch.float32)), dim=-1)
+    weights, index = probs.topk(top_k, dim=-1, largest=True)
+    if not largest:  # the same K experts, listed in ascending probability
+        weights, index = weights.flip(-1), index.flip(-1)
+    if renorm != "never":
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    flat = index.T.reshape(-1) if order == "slot" else index.reshape(-1)
+    onehot = F.one_hot(flat, e)
+    position = (onehot.cumsum(0) * onehot).sum(-1)
+    kept = position <= capacity - (1 - first)
+    kept = kept.reshape(top_k, -1).T if order == "slot" else kept.reshape(-1, top_k)
+    if renorm == "after":  # dropped slots zeroed, the kept ones renormalised again
+        weights = weights * kept
+        weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-30)
+    elif renorm == "zeroed":
+        weights = weights * kept
+    return index, weights.to(router_logits.dtype), kept
+
+
+def _route_token_major(router_logits, top_k, capacity):
+    return _route(router_logits, top_k, capacity, order="token")
+
+
+def _route_off_by_one(router_logits, top_k, capacity):
+    return _route(router_logits, top_k, capacity, first=0)
+
+
+def _route_renorm_after(router_logits, top_k, capacity):
+    return _route(router_logits, top_k, capacity, renorm="after")
+
+
+def _route_zeroed(router_logits, top_k, capacity):
+    return _route(router_logits, top_k, capacity, renorm="zeroed")
+
+
+def _route_no_renorm(router_logits, top_k, capacity):
+    return _route(router_logits, top_k, capacity, renorm="never")
+
+
+def _route_ascending(router_logits, top_k, capacity):
+    return _route(router_logits, top_k, capacity, largest=False)
+
+
+MISTAKES: dict[str, tuple[Mistake, ...]] = {
+    "gelu": (
+        Mistake("tanh form for approximate='none'", HINTS["tanh_for_exact"], _gelu_tanh_always),
+        Mistake("erf form for approximate='tanh'", HINTS["erf_for_tanh"], _gelu_erf_always),
+        Mistake("erf(x) without /√2", HINTS["no_sqrt2"], _gelu_no_sqrt2),
+        Mistake("no 0.5", HINTS["no_half"], _gelu_no_half),
+        Mistake("x·σ(1.702x)", HINTS["quick_gelu"], _gelu_quick),
+        Mistake("SiLU", HINTS["silu_not_gelu"], _gelu_silu),
+        Mistake("tanh without the cube", HINTS["no_cube"], _gelu_no_cube),
+        Mistake("√2/π inside tanh", HINTS["tanh_constant"], _gelu_tanh_constant),
+        Mistake("always float32", HINTS["float64_down"], _gelu_float32),
+    ),
+    "FeedForward": (
+        Mistake("tanh GELU", HINTS["ff_tanh"], _FF_TANH),
+        Mistake("ReLU", HINTS["ff_relu"], _FF_RELU),
+        Mistake("SiLU", HINTS["ff_silu"], _FF_SILU),
+        Mistake("no activation", HINTS["ff_no_act"], _FF_NONE),
+        Mistake("GELU after down_proj", HINTS["ff_act_after"], _FF_AFTER),
+        Mistake("GELU twice", HINTS["ff_act_both"], _FF_BOTH),
+    ),
+    "SwiGLU": (
+        Mistake("sigmoid gate (GLU)", HINTS["glu_sigmoid"], _GLU),
+        Mistake("SiLU after the product", HINTS["silu_after"], _SILU_AFTER),
+        Mistake("gate and up swapped", HINTS["gate_up_swapped"], _SWAPPED),
+        Mistake("GELU gate", HINTS["geglu"], _GEGLU),
+        Mistake("tanh-GELU gate", HINTS["geglu"], _GEGLU_TANH),
+        Mistake("no activation", HINTS["bilinear"], _BILINEAR),
+        Mistake("SiLU on both branches", HINTS["silu_both"], _SILU_BOTH),
+    ),
+    "swiglu_hidden_dim": (
+        Mistake("rounded down", HINTS["round_down"], _width_down),
+        Mistake("rounded to the nearest", HINTS["round_down"], _width_nearest),
+        Mistake("multiplier after rounding", HINTS["multiplier_after"], _width_multiplier_after),
+        Mistake("multiplier after rounding, int", HINTS["multiplier_after"], _width_multiplier_after_int),
+        Mistake("multiplier ignored", HINTS["multiplier_ignored"], _width_multiplier_ignored),
+        Mistake("4·D without 2/3", HINTS["no_two_thirds"], _width_no_two_thirds),
+        Mistake("2/3·D without 4", HINTS["no_four"], _width_no_four),
+        Mistake("multiple of 256 always", HINTS["multiple_ignored"], _width_fixed_multiple),
+    ),
+    "MoE": (
+        Mistake("top-K weights not renormalised", HINTS["no_renorm"], _moe_variant("NoRenormMoE", renorm=False)),
+        Mistake("top-K of the smallest", HINTS["smallest"], _moe_variant("SmallestMoE", largest=False)),
+        Mistake("softmax over the tokens", HINTS["softmax_tokens"], _moe_variant("TokenSoftmaxMoE", softmax_dim=0)),
+        Mistake("router logits (B, T, E)", HINTS["logits_btE"], _moe_variant("BTEMoE", flat_logits=False)),
+        Mistake("every expert on every token", HINTS["dense"], _moe_variant("DenseMoE", dense=True)),
+        Mistake("no softmax", HINTS["no_softmax"], _moe_variant("NoSoftmaxMoE", use_softmax=False)),
+        Mistake("expert outputs not weighted", HINTS["unweighted"], _moe_variant("UnweightedMoE", weighted=False)),
+        Mistake("expert layers called directly", HINTS["expert_parts"], _moe_variant("PartsMoE", parts=True)),
+    ),
+    "load_balancing_loss": (
+        Mistake("no factor E", HINTS["no_E"], _balance_no_E),
+        Mistake("HF's N normalisation", HINTS["hf_norm"], _balance_hf),
+        Mistake("f from the probabilities", HINTS["soft_f"], _balance_soft),
+        Mistake("only the first slot counted", HINTS["top1_f"], _balance_top1),
+        Mistake("P from the logits", HINTS["P_logits"], _balance_P_logits),
+        Mistake("softmax over the tokens", HINTS["P_tokens"], _balance_P_tokens),
+        Mistake("per-expert vector", HINTS["per_expert"], _balance_per_expert),
+    ),
+    "route_with_capacity": (
+        Mistake("token by token", HINTS["token_major"], _route_token_major),
+        Mistake("one fewer kept", HINTS["off_by_one"], _route_off_by_one),
+        Mistake("renormalised after dropping", HINTS["renorm_after"], _route_renorm_after),
+        Mistake("dropped weights zeroed", HINTS["renorm_after"], _route_zeroed),
+        Mistake("not renormalised", HINTS["no_renorm"], _route_no_renorm),
+        Mistake("ascending order", HINTS["ascending"], _route_ascending),
+    ),
+}

@@ -69,6 +69,8 @@ def _get(j: Judge, call: int = 0, index: int = 0, *, shape: Sequence[int], dtype
             hint = HINTS["float32_out"]
         elif dtype == F64 and t.dtype == F32:
             hint = HINTS["float64_down"]
+        elif dtype == torch.bool:
+            hint = HINTS["bool_mask"]
         j.fail(f"{name} has dtype {_dt(t.dtype)}; expected {_dt(dtype)}, the dtype of {what}", hint=hint)
     return t
 

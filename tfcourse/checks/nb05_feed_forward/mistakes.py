@@ -118,6 +118,8 @@ HINTS = {
                   "1-based positions (or < capacity with 0-based ones)",
     "renorm_after": "dropping does not change the weights: return the top-K weights renormalised over the K "
                     "(not zeroed, not renormalised again over the kept slots); kept says which slots are dropped",
+    "bool_mask": "kept is a bool tensor: return the comparison itself (position <= capacity), without "
+                 ".long() or .float()",
     "ascending": "list each token's K experts in descending probability (torch.topk's order)",
     "capacity_error": "raise ValueError when capacity < 0",
 }

@@ -1,0 +1,823 @@
+"""Wrong and correct implementations of notebook 05's exercises, written as learners write them.
+
+Each source is a whole solution cell; it runs after the course's setup cell (``math``, ``torch``,
+``F``, ``nn``, ``RMSNorm``). Wrong entries are plausible attempts; ``hint`` is a substring of the
+catalogued hint (``tfcourse.checks.nb05_feed_forward.HINTS`` and the load hints of ``cases.py``)
+that the feedback should show, None when no hint fits. Correct entries include the forms public
+code uses: torch.special.erf and ndtr, nn.GELU, Hugging Face's LlamaMLP (act_fn = SiLU), Meta's
+width code verbatim, Hugging Face's Mixtral expert loop (one_hot mask, float32 router softmax,
+index_add_), the softmax of the K selected logits, one_hot counts for the balance loss.
+
+The wrong ``gelu`` and ``SwiGLU`` entries also show that one bug costs points once: the course's
+``FeedForward`` calls ``gelu`` and its ``MoE`` builds ``SwiGLU`` experts, and both keep their
+points through the grader (the course's ``gelu`` / ``SwiGLU`` stand in).
+"""
+
+from __future__ import annotations
+
+from textwrap import dedent
+
+from tests.catalogue import Entry
+
+NOTEBOOK = "05_feed_forward"
+
+
+def _e(name: str, source: str, hint: str | None = None) -> Entry:
+    return Entry(name, dedent(source).lstrip("\n"), hint)
+
+
+WRONG: dict[str, list[Entry]] = {
+    "gelu": [
+        _e("tanh form for the default", '''
+            def gelu(x, approximate="none"):
+                if approximate not in ("none", "tanh"):
+                    raise ValueError(approximate)
+                h = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+                y = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+                return y.to(x.dtype)
+            ''', hint='approximate="none" is the exact form'),
+        _e("forms swapped", '''
+            def gelu(x, approximate="none"):
+                if approximate not in ("none", "tanh"):
+                    raise ValueError(approximate)
+                h = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+                if approximate == "tanh":
+                    y = 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))
+                else:
+                    y = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+                return y.to(x.dtype)
+            ''', hint='approximate="none" is the exact form'),
+        _e("erf(x) without dividing by sqrt(2)", '''
+            def gelu(x, approximate="none"):
+                if approximate not in ("none", "tanh"):
+                    raise ValueError(approximate)
+                h = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+                if approximate == "none":
+                    y = 0.5 * h * (1 + torch.erf(h))
+                else:
+                    y = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+                return y.to(x.dtype)
+            ''', hint="divide x by √2 inside erf"),
+        _e("quick GELU x * sigmoid(1.702 x)", '''
+            def gelu(x, approximate="none"):
+                if approximate == "tanh":
+                    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.pow(3))))
+                if approximate != "none":
+                    raise ValueError(approximate)
+                return x * torch.sigmoid(1.702 * x)
+            ''', hint="quick GELU"),
+        _e("no ValueError for an unknown approximate", '''
+            def gelu(x, approximate="none"):
+                h = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+                if approximate == "tanh":
+                    y = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+                else:
+                    y = 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))
+                return y.to(x.dtype)
+            ''', hint="raise ValueError when approximate"),
+        _e("always in float32 (float64 loses precision)", '''
+            def gelu(x, approximate="none"):
+                if approximate not in ("none", "tanh"):
+                    raise ValueError(approximate)
+                h = x.float()
+                if approximate == "none":
+                    y = 0.5 * h * (1.0 + torch.erf(h / math.sqrt(2.0)))
+                else:
+                    y = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * h ** 3)))
+                return y.type_as(x)
+            ''', hint="upcast half precision only"),
+        _e("tanh form without the cubic term", '''
+            def gelu(x, approximate="none"):
+                if approximate not in ("none", "tanh"):
+                    raise ValueError(approximate)
+                h = x.to(torch.promote_types(x.dtype, torch.float32))
+                if approximate == "none":
+                    y = 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))
+                else:
+                    y = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * h))
+                return y.to(x.dtype)
+            ''', hint="has a cubic term"),
+    ],
+    "FeedForward": [
+        _e("tanh GELU inside", '''
+            class FeedForward(nn.Module):
+                def __init__(self, d_model, d_ff, bias=True):
+                    super().__init__()
+                    self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+                    self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+
+                def forward(self, x):
+                    return self.down_proj(gelu(self.up_proj(x), approximate="tanh"))  # GPT-2's gelu_new
+            ''', hint="FeedForward uses the exact GELU"),
+        _e("ReLU (the 2017 Transformer)", '''
+            class FeedForward(nn.Module):
+                def __init__(self, d_model, d_ff, bias=True):
+                    super().__init__()
+                    self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+                    self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+
+                def forward(self, x):
+                    return self.down_proj(torch.relu(self.up_proj(x)))
+            ''', hint="not ReLU"),
+        _e("layers named fc1 / fc2", '''
+            class FeedForward(nn.Module):
+                def __init__(self, d_model, d_ff, bias=True):
+                    super().__init__()
+                    self.fc1 = nn.Linear(d_model, d_ff, bias=bias)
+                    self.fc2 = nn.Linear(d_ff, d_model, bias=bias)
+
+                def forward(self, x):
+                    return self.fc2(gelu(self.fc1(x)))
+            ''', hint="name the two layers up_proj and down_proj"),
+        _e("nn.Sequential", '''
+            class FeedForward(nn.Module):
+                def __init__(self, d_model, d_ff, bias=True):
+                    super().__init__()
+                    self.net = nn.Sequential(nn.Linear(d_model, d_ff, bias=bias), nn.GELU(),
+                                             nn.Linear(d_ff, d_model, bias=bias))
+
+                def forward(self, x):
+                    return self.net(x)
+            ''', hint="name the two layers up_proj and down_proj"),
+        _e("bias argument ignored", '''
+            class FeedForward(nn.Module):
+                def __init__(self, d_model, d_ff, bias=True):
+                    super().__init__()
+                    self.up_proj = nn.Linear(d_model, d_ff)
+                    self.down_proj = nn.Linear(d_ff, d_model)
+
+                def forward(self, x):
+                    return self.down_proj(gelu(self.up_proj(x)))
+            ''', hint="pass bias=bias to both nn.Linear layers"),
+        _e("GELU after the second layer", '''
+            class FeedForward(nn.Module):
+                def __init__(self, d_model, d_ff, bias=True):
+                    super().__init__()
+                    self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+                    self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+
+                def forward(self, x):
+                    return gelu(self.down_proj(self.up_proj(x)))
+            ''', hint="GELU goes between the layers"),
+    ],
+    "SwiGLU": [
+        _e("sigmoid gate (GLU)", '''
+            class SwiGLU(nn.Module):
+                def __init__(self, d_model, d_ff):
+                    super().__init__()
+                    self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+                    self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+                    self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+                def forward(self, x):
+                    return self.down_proj(torch.sigmoid(self.gate_proj(x)) * self.up_proj(x))
+            ''', hint="alone is GLU"),
+        _e("SiLU after the product", '''
+            class SwiGLU(nn.Module):
+                def __init__(self, d_model, d_ff):
+                    super().__init__()
+                    self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+                    self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+                    self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+                def forward(self, x):
+                    return self.down_proj(F.silu(self.gate_proj(x) * self.up_proj(x)))
+            ''', hint="SiLU goes on the gate branch before the product"),
+        _e("gate and up swapped", '''
+            class SwiGLU(nn.Module):
+                def __init__(self, d_model, d_ff):
+                    super().__init__()
+                    self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+                    self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+                    self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+                def forward(self, x):
+                    return self.down_proj(self.gate_proj(x) * F.silu(self.up_proj(x)))
+            ''', hint="the SiLU goes on gate_proj's output"),
+        _e("Meta's names w1 / w2 / w3", '''
+            class SwiGLU(nn.Module):
+                def __init__(self, d_model, d_ff):
+                    super().__init__()
+                    self.w1 = nn.Linear(d_model, d_ff, bias=False)
+                    self.w2 = nn.Linear(d_ff, d_model, bias=False)
+                    self.w3 = nn.Linear(d_model, d_ff, bias=False)
+
+                def forward(self, x):
+                    return self.w2(F.silu(self.w1(x)) * self.w3(x))
+            ''', hint="name the three layers gate_proj, up_proj and down_proj"),
+        _e("layers with biases", '''
+            class SwiGLU(nn.Module):
+                def __init__(self, d_model, d_ff):
+                    super().__init__()
+                    self.gate_proj = nn.Linear(d_model, d_ff)
+                    self.up_proj = nn.Linear(d_model, d_ff)
+                    self.down_proj = nn.Linear(d_ff, d_model)
+
+                def forward(self, x):
+                    return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+            ''', hint="have no bias"),
+        _e("GELU gate (GeGLU)", '''
+            class SwiGLU(nn.Module):
+                def __init__(self, d_model, d_ff):
+                    super().__init__()
+                    self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+                    self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+                    self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+                def forward(self, x):
+                    return self.down_proj(F.gelu(self.gate_proj(x)) * self.up_proj(x))
+            ''', hint="GeGLU"),
+    ],
+    "swiglu_hidden_dim": [
+        _e("rounded down", '''
+            def swiglu_hidden_dim(d_model, multiple_of=256, ffn_dim_multiplier=None):
+                if not isinstance(d_model, int) or not isinstance(multiple_of, int) or d_model <= 0 or multiple_of <= 0:
+                    raise ValueError("d_model and multiple_of must be positive ints")
+                hidden = int(2 * 4 * d_model / 3)
+                if ffn_dim_multiplier is not None:
+                    hidden = int(ffn_dim_multiplier * hidden)
+                return (hidden // multiple_of) * multiple_of
+            ''', hint="round UP to a multiple"),
+        _e("multiplier applied after rounding", '''
+            def swiglu_hidden_dim(d_model, multiple_of=256, ffn_dim_multiplier=None):
+                if not isinstance(d_model, int) or not isinstance(multiple_of, int) or d_model <= 0 or multiple_of <= 0:
+                    raise ValueError("d_model and multiple_of must be positive ints")
+                hidden = int(2 * 4 * d_model / 3)
+                hidden = multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+                if ffn_dim_multiplier is not None:
+                    hidden = int(ffn_dim_multiplier * hidden)
+                return hidden
+            ''', hint="apply ffn_dim_multiplier before rounding"),
+        _e("numpy ceil (a float comes back)", '''
+            import numpy as np
+
+
+            def swiglu_hidden_dim(d_model, multiple_of=256, ffn_dim_multiplier=None):
+                if not isinstance(d_model, int) or not isinstance(multiple_of, int) or d_model <= 0 or multiple_of <= 0:
+                    raise ValueError("d_model and multiple_of must be positive ints")
+                hidden = int(2 * 4 * d_model / 3)
+                if ffn_dim_multiplier is not None:
+                    hidden = int(ffn_dim_multiplier * hidden)
+                return multiple_of * np.ceil(hidden / multiple_of)
+            ''', hint="return a Python int"),
+        _e("no validation", '''
+            def swiglu_hidden_dim(d_model, multiple_of=256, ffn_dim_multiplier=None):
+                hidden = int(2 * 4 * d_model / 3)
+                if ffn_dim_multiplier is not None:
+                    hidden = int(ffn_dim_multiplier * hidden)
+                return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+            ''', hint="raise ValueError when d_model or multiple_of"),
+        _e("assert instead of ValueError", '''
+            def swiglu_hidden_dim(d_model, multiple_of=256, ffn_dim_multiplier=None):
+                assert isinstance(d_model, int) and d_model > 0
+                assert isinstance(multiple_of, int) and multiple_of > 0
+                hidden = int(2 * 4 * d_model / 3)
+                if ffn_dim_multiplier is not None:
+                    hidden = int(ffn_dim_multiplier * hidden)
+                return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+            ''', hint="raise ValueError when d_model or multiple_of"),
+        _e("4 * d_model without the two thirds", '''
+            def swiglu_hidden_dim(d_model, multiple_of=256, ffn_dim_multiplier=None):
+                if not isinstance(d_model, int) or not isinstance(multiple_of, int) or d_model <= 0 or multiple_of <= 0:
+                    raise ValueError("d_model and multiple_of must be positive ints")
+                hidden = 4 * d_model
+                if ffn_dim_multiplier is not None:
+                    hidden = int(ffn_dim_multiplier * hidden)
+                return multiple_of * math.ceil(hidden / multiple_of)
+            ''', hint="start from two thirds of 4·D"),
+    ],
+    "MoE": [
+        _e("top-k weights not renormalised", '''
+            class MoE(nn.Module):
+                def __init__(self, d_model, d_ff, num_experts, top_k):
+                    super().__init__()
+                    if not 1 <= top_k <= num_experts:
+                        raise ValueError("top_k")
+                    self.num_experts, self.top_k = num_experts, top_k
+                    self.gate = nn.Linear(d_model, num_experts, bias=False)
+                    self.experts = nn.ModuleList([SwiGLU(d_model, d_ff) for _ in range(num_experts)])
+
+                def forward(self, x):
+                    B, T, D = x.shape
+                    h = x.reshape(-1, D)
+                    router_logits = self.gate(h)
+                    probs = torch.softmax(router_logits, dim=-1)
+                    weights, idx = torch.topk(probs, self.top_k, dim=-1)
+                    y = torch.zeros_like(h)
+                    for e in range(self.num_experts):
+                        tok, slot = torch.where(idx == e)
+                        if len(tok) > 0:
+                            y[tok] += self.experts[e](h[tok]) * weights[tok, slot].unsqueeze(-1)
+                    return y.reshape(B, T, D), router_logits
+            ''', hint="renormalise the K kept weights"),
+        _e("every expert on every token", '''
+            class MoE(nn.Module):
+                def __init__(self, d_model, d_ff, num_experts, top_k):
+                    super().__init__()
+                    if not 1 <= top_k <= num_experts:
+                        raise ValueError("top_k")
+                    self.num_experts, self.top_k = num_experts, top_k
+                    self.gate = nn.Linear(d_model, num_experts, bias=False)
+                    self.experts = nn.ModuleList([SwiGLU(d_model, d_ff) for _ in range(num_experts)])
+
+                def forward(self, x):
+                    h = x.reshape(-1, x.shape[-1])
+                    router_logits = self.gate(h)
+                    probs = F.softmax(router_logits, dim=-1)
+                    top, idx = probs.topk(self.top_k, dim=-1)
+                    dense = torch.zeros_like(probs).scatter(1, idx, top / top.sum(-1, keepdim=True))  # (N, E)
+                    outs = torch.stack([expert(h) for expert in self.experts], dim=1)  # (N, E, D)
+                    y = (dense.unsqueeze(-1) * outs).sum(dim=1)
+                    return y.reshape(x.shape), router_logits
+            ''', hint="call each expert only on the tokens routed to it"),
+        _e("router_logits returned as (B, T, E)", '''
+            class MoE(nn.Module):
+                def __init__(self, d_model, d_ff, num_experts, top_k):
+                    super().__init__()
+                    if not 1 <= top_k <= num_experts:
+                        raise ValueError("top_k")
+                    self.num_experts, self.top_k = num_experts, top_k
+                    self.gate = nn.Linear(d_model, num_experts, bias=False)
+                    self.experts = nn.ModuleList([SwiGLU(d_model, d_ff) for _ in range(num_experts)])
+
+                def forward(self, x):
+                    router_logits = self.gate(x)  # (B, T, E)
+                    probs = router_logits.softmax(dim=-1)
+                    weights, idx = probs.topk(self.top_k, dim=-1)
+                    weights = weights / weights.sum(dim=-1, keepdim=True)
+                    y = torch.zeros_like(x)
+                    for e, expert in enumerate(self.experts):
+                        mask = (idx == e)  # (B, T, K)
+                        b, t, k = torch.where(mask)
+                        if b.numel():
+                            y[b, t] += expert(x[b, t]) * weights[b, t, k, None]
+                    return y, router_logits
+            ''', hint="return router_logits as (N, E)"),
+        _e("softmax over the tokens", '''
+            class MoE(nn.Module):
+                def __init__(self, d_model, d_ff, num_experts, top_k):
+                    super().__init__()
+                    if not 1 <= top_k <= num_experts:
+                        raise ValueError("top_k")
+                    self.num_experts, self.top_k = num_experts, top_k
+                    self.gate = nn.Linear(d_model, num_experts, bias=False)
+                    self.experts = nn.ModuleList([SwiGLU(d_model, d_ff) for _ in range(num_experts)])
+
+                def forward(self, x):
+                    h = x.reshape(-1, x.size(-1))
+                    router_logits = self.gate(h)
+                    probs = torch.softmax(router_logits, dim=0)
+                    weights, idx = probs.topk(self.top_k, dim=-1)
+                    weights = weights / weights.sum(dim=-1, keepdim=True)
+                    y = torch.zeros_like(h)
+                    for e in range(self.num_experts):
+                        tok, slot = torch.where(idx == e)
+                        y.index_add_(0, tok, self.experts[e](h[tok]) * weights[tok, slot, None])
+                    return y.reshape(x.shape), router_logits
+            ''', hint="softmax over the E experts of each token"),
+        _e("top-k of the smallest", '''
+            class MoE(nn.Module):
+                def __init__(self, d_model, d_ff, num_experts, top_k):
+                    super().__init__()
+                    if not 1 <= top_k <= num_experts:
+                        raise ValueError("top_k")
+                    self.num_experts, self.top_k = num_experts, top_k
+                    self.gate = nn.Linear(d_model, num_experts, bias=False)
+                    self.experts = nn.ModuleList([SwiGLU(d_model, d_ff) for _ in range(num_experts)])
+
+                def forward(self, x):
+                    h = x.reshape(-1, x.size(-1))
+                    router_logits = self.gate(h)
+                    probs = torch.softmax(router_logits, dim=-1)
+                    weights, idx = torch.topk(probs, self.top_k, dim=-1, largest=False)
+                    weights = weights / weights.sum(dim=-1, keepdim=True)
+                    y = torch.zeros_like(h)
+                    for e in range(self.num_experts):
+                        tok, slot = torch.where(idx == e)
+                        y.index_add_(0, tok, self.experts[e](h[tok]) * weights[tok, slot, None])
+                    return y.reshape(x.shape), router_logits
+            ''', hint="K largest probabilities"),
+        _e("expert layers called directly (HF fused style)", '''
+            class MoE(nn.Module):
+                def __init__(self, d_model, d_ff, num_experts, top_k):
+                    super().__init__()
+                    if not 1 <= top_k <= num_experts:
+                        raise ValueError("top_k")
+                    self.num_experts, self.top_k = num_experts, top_k
+                    self.gate = nn.Linear(d_model, num_experts, bias=False)
+                    self.experts = nn.ModuleList([SwiGLU(d_model, d_ff) for _ in range(num_experts)])
+
+                def forward(self, x):
+                    h = x.reshape(-1, x.size(-1))
+                    router_logits = self.gate(h)
+                    probs = torch.softmax(router_logits, dim=-1)
+                    weights, idx = torch.topk(probs, self.top_k, dim=-1)
+                    weights = weights / weights.sum(dim=-1, keepdim=True)
+                    y = torch.zeros_like(h)
+                    for e, expert in enumerate(self.experts):
+                        tok, slot = torch.where(idx == e)
+                        cur = h[tok]
+                        out = expert.down_proj(F.silu(expert.gate_proj(cur)) * expert.up_proj(cur))
+                        y.index_add_(0, tok, out * weights[tok, slot, None])
+                    return y.reshape(x.shape), router_logits
+            ''', hint="call each expert module itself"),
+        _e("no check of top_k", '''
+            class MoE(nn.Module):
+                def __init__(self, d_model, d_ff, num_experts, top_k):
+                    super().__init__()
+                    self.num_experts, self.top_k = num_experts, top_k
+                    self.gate = nn.Linear(d_model, num_experts, bias=False)
+                    self.experts = nn.ModuleList([SwiGLU(d_model, d_ff) for _ in range(num_experts)])
+
+                def forward(self, x):
+                    h = x.reshape(-1, x.size(-1))
+                    router_logits = self.gate(h)
+                    weights, idx = torch.softmax(router_logits, dim=-1).topk(self.top_k, dim=-1)
+                    weights = weights / weights.sum(dim=-1, keepdim=True)
+                    y = torch.zeros_like(h)
+                    for e in range(self.num_experts):
+                        tok, slot = torch.where(idx == e)
+                        y.index_add_(0, tok, self.experts[e](h[tok]) * weights[tok, slot, None])
+                    return y.reshape(x.shape), router_logits
+            ''', hint="raise ValueError unless 1 <= top_k <= num_experts"),
+    ],
+    "load_balancing_loss": [
+        _e("without the factor E", '''
+            def load_balancing_loss(router_logits, top_k):
+                N, E = router_logits.shape
+                probs = torch.softmax(router_logits, dim=-1)
+                idx = probs.topk(top_k, dim=-1).indices
+                f = torch.bincount(idx.flatten(), minlength=E).to(probs.dtype) / (N * top_k)
+                P = probs.mean(dim=0)
+                return (f * P).sum()
+            ''', hint="multiply by the number of experts E"),
+        _e("Hugging Face's load_balancing_loss_func (divides by N)", '''
+            def load_balancing_loss(router_logits, top_k):
+                num_experts = router_logits.shape[-1]
+                routing_weights = torch.nn.functional.softmax(router_logits, dim=-1)
+                _, selected_experts = torch.topk(routing_weights, top_k, dim=-1)
+                expert_mask = torch.nn.functional.one_hot(selected_experts, num_experts)
+                tokens_per_expert = torch.mean(expert_mask.to(routing_weights.dtype), dim=0)
+                router_prob_per_expert = torch.mean(routing_weights, dim=0)
+                overall_loss = torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0))
+                return overall_loss * num_experts
+            ''', hint="Hugging Face's load_balancing_loss_func divides by N"),
+        _e("f from the probabilities", '''
+            def load_balancing_loss(router_logits, top_k):
+                E = router_logits.shape[-1]
+                probs = router_logits.softmax(-1)
+                P = probs.mean(0)
+                f = probs.mean(0)  # fraction routed to each expert
+                return E * (f * P).sum()
+            ''', hint="f_e counts the top-K assignments"),
+        _e("only the first choice counted", '''
+            def load_balancing_loss(router_logits, top_k):
+                N, E = router_logits.shape
+                probs = torch.softmax(router_logits, dim=-1)
+                first = probs.argmax(dim=-1)
+                f = torch.bincount(first, minlength=E).to(probs.dtype) / N
+                return E * (f * probs.mean(0)).sum()
+            ''', hint="count all K slots"),
+        _e("returned as a Python float", '''
+            def load_balancing_loss(router_logits, top_k):
+                N, E = router_logits.shape
+                probs = torch.softmax(router_logits, dim=-1)
+                idx = probs.topk(top_k, dim=-1).indices
+                f = torch.bincount(idx.flatten(), minlength=E).to(probs.dtype) / (N * top_k)
+                return (E * (f * probs.mean(0)).sum()).item()
+            ''', hint="return plain torch.Tensor"),
+        _e("per-expert loss vector", '''
+            def load_balancing_loss(router_logits, top_k):
+                N, E = router_logits.shape
+                probs = torch.softmax(router_logits, dim=-1)
+                idx = probs.topk(top_k, dim=-1).indices
+                f = torch.bincount(idx.flatten(), minlength=E).to(probs.dtype) / (N * top_k)
+                return E * f * probs.mean(0)
+            ''', hint="return one number"),
+    ],
+    "route_with_capacity": [
+        _e("offered token by token", '''
+            def route_with_capacity(router_logits, top_k, capacity):
+                if capacity < 0:
+                    raise ValueError("capacity")
+                probs = router_logits.softmax(-1)
+                w, idx = probs.topk(top_k, dim=-1)
+                w = w / w.sum(-1, keepdim=True)
+                kept = torch.zeros_like(idx, dtype=torch.bool)
+                count = {}
+                for n in range(idx.shape[0]):
+                    for k in range(top_k):
+                        e = int(idx[n, k])
+                        if count.get(e, 0) < capacity:
+                            kept[n, k] = True
+                            count[e] = count.get(e, 0) + 1
+                return idx, w, kept
+            ''', hint="offer the assignments slot by slot"),
+        _e("one fewer kept per expert", '''
+            def route_with_capacity(router_logits, top_k, capacity):
+                if capacity < 0:
+                    raise ValueError("capacity")
+                probs = torch.softmax(router_logits, dim=-1)
+                weights, idx = probs.topk(top_k, dim=-1)
+                weights = weights / weights.sum(dim=-1, keepdim=True)
+                onehot = F.one_hot(idx.T.reshape(-1), router_logits.shape[-1])
+                position = (onehot.cumsum(0) * onehot).sum(-1)  # 1, 2, 3, ...
+                kept = (position < capacity).reshape(top_k, -1).T
+                return idx, weights, kept
+            ''', hint="an expert accepts the first `capacity` assignments"),
+        _e("weights renormalised after dropping", '''
+            def route_with_capacity(router_logits, top_k, capacity):
+                if capacity < 0:
+                    raise ValueError("capacity")
+                probs = torch.softmax(router_logits, dim=-1)
+                weights, idx = probs.topk(top_k, dim=-1)
+                onehot = F.one_hot(idx.T.reshape(-1), router_logits.shape[-1])
+                position = (onehot.cumsum(0) * onehot).sum(-1)
+                kept = (position <= capacity).reshape(top_k, -1).T
+                weights = weights * kept
+                weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-9)
+                return idx, weights, kept
+            ''', hint="dropping does not change the weights"),
+        _e("weights not renormalised", '''
+            def route_with_capacity(router_logits, top_k, capacity):
+                if capacity < 0:
+                    raise ValueError("capacity")
+                probs = torch.softmax(router_logits, dim=-1)
+                weights, idx = probs.topk(top_k, dim=-1)
+                onehot = F.one_hot(idx.T.reshape(-1), router_logits.shape[-1])
+                position = (onehot.cumsum(0) * onehot).sum(-1)
+                kept = (position <= capacity).reshape(top_k, -1).T
+                return idx, weights, kept
+            ''', hint="renormalise the K kept weights"),
+        _e("kept as 0/1 integers", '''
+            def route_with_capacity(router_logits, top_k, capacity):
+                if capacity < 0:
+                    raise ValueError("capacity")
+                probs = torch.softmax(router_logits, dim=-1)
+                weights, idx = probs.topk(top_k, dim=-1)
+                weights = weights / weights.sum(dim=-1, keepdim=True)
+                onehot = F.one_hot(idx.T.reshape(-1), router_logits.shape[-1])
+                position = (onehot.cumsum(0) * onehot).sum(-1)
+                kept = (position <= capacity).long().reshape(top_k, -1).T
+                return idx, weights, kept
+            ''', hint="kept is a bool tensor"),
+    ],
+}
+
+CORRECT: dict[str, list[Entry]] = {
+    "gelu": [
+        _e("erf, math.sqrt, upcast half", '''
+            def gelu(x, approximate="none"):
+                if approximate not in ("none", "tanh"):
+                    raise ValueError(f"unknown approximate {approximate!r}")
+                h = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+                if approximate == "none":
+                    out = 0.5 * h * (1.0 + torch.erf(h / math.sqrt(2.0)))
+                else:
+                    out = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+                return out.to(x.dtype)
+            '''),
+        _e("torch.special.erf, computed in half", '''
+            def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+                if approximate == "none":
+                    return x * 0.5 * (1.0 + torch.special.erf(x * (1.0 / math.sqrt(2.0))))
+                if approximate == "tanh":
+                    inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+                    return 0.5 * x * (1.0 + torch.tanh(inner))
+                raise ValueError(approximate)
+            '''),
+        _e("x * Phi(x) with torch.special.ndtr", '''
+            def gelu(x, approximate="none"):
+                if approximate not in {"none", "tanh"}:
+                    raise ValueError("approximate must be 'none' or 'tanh'")
+                h = x.to(torch.promote_types(x.dtype, torch.float32))
+                if approximate == "tanh":
+                    c = math.sqrt(2 / math.pi)
+                    return (0.5 * h * (1 + torch.tanh(c * (h + 0.044715 * h ** 3)))).to(x.dtype)
+                return (h * torch.special.ndtr(h)).to(x.dtype)
+            '''),
+    ],
+    "FeedForward": [
+        _e("calls gelu", '''
+            class FeedForward(nn.Module):
+                def __init__(self, d_model: int, d_ff: int, bias: bool = True):
+                    super().__init__()
+                    self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+                    self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+
+                def forward(self, x):
+                    h = self.up_proj(x)
+                    h = gelu(h)
+                    return self.down_proj(h)
+            '''),
+        _e("nn.GELU module, F.gelu-equivalent", '''
+            class FeedForward(nn.Module):
+                def __init__(self, d_model, d_ff, bias=True):
+                    super().__init__()
+                    self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+                    self.act = nn.GELU()
+                    self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+
+                def forward(self, x):
+                    return self.down_proj(self.act(self.up_proj(x)))
+            '''),
+    ],
+    "SwiGLU": [
+        _e("F.silu", '''
+            class SwiGLU(nn.Module):
+                def __init__(self, d_model: int, d_ff: int):
+                    super().__init__()
+                    self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+                    self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+                    self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+                def forward(self, x):
+                    return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+            '''),
+        _e("HF LlamaMLP copied (act_fn = SiLU)", '''
+            class SwiGLU(nn.Module):
+                def __init__(self, d_model, d_ff):
+                    super().__init__()
+                    self.hidden_size = d_model
+                    self.intermediate_size = d_ff
+                    self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+                    self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+                    self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
+                    self.act_fn = nn.SiLU()
+
+                def forward(self, x):
+                    down_proj = self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+                    return down_proj
+            '''),
+        _e("x * sigmoid(x) by hand", '''
+            class SwiGLU(nn.Module):
+                def __init__(self, d_model, d_ff):
+                    super().__init__()
+                    self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+                    self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+                    self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+                def forward(self, x):
+                    g = self.gate_proj(x)
+                    return self.down_proj(g * torch.sigmoid(g) * self.up_proj(x))
+            '''),
+    ],
+    "swiglu_hidden_dim": [
+        _e("Meta's code", '''
+            def swiglu_hidden_dim(d_model, multiple_of=256, ffn_dim_multiplier=None):
+                if type(d_model) is not int or d_model <= 0:
+                    raise ValueError(f"d_model must be a positive int, got {d_model!r}")
+                if type(multiple_of) is not int or multiple_of <= 0:
+                    raise ValueError(f"multiple_of must be a positive int, got {multiple_of!r}")
+                hidden_dim = 4 * d_model
+                hidden_dim = int(2 * hidden_dim / 3)
+                # custom dim factor multiplier
+                if ffn_dim_multiplier is not None:
+                    hidden_dim = int(ffn_dim_multiplier * hidden_dim)
+                hidden_dim = multiple_of * ((hidden_dim + multiple_of - 1) // multiple_of)
+                return hidden_dim
+            '''),
+        _e("math.ceil", '''
+            def swiglu_hidden_dim(d_model: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
+                for v in (d_model, multiple_of):
+                    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                        raise ValueError("expected a positive int")
+                h = int(8 * d_model / 3)
+                if ffn_dim_multiplier is not None:
+                    h = int(h * ffn_dim_multiplier)
+                return math.ceil(h / multiple_of) * multiple_of
+            '''),
+    ],
+    "MoE": [
+        _e("Hugging Face Mixtral loop (one_hot mask, float32 softmax)", '''
+            class MoE(nn.Module):
+                def __init__(self, d_model, d_ff, num_experts, top_k):
+                    super().__init__()
+                    if top_k < 1 or top_k > num_experts:
+                        raise ValueError("need 1 <= top_k <= num_experts")
+                    self.num_experts = num_experts
+                    self.top_k = top_k
+                    self.gate = nn.Linear(d_model, num_experts, bias=False)
+                    self.experts = nn.ModuleList([SwiGLU(d_model, d_ff) for _ in range(self.num_experts)])
+
+                def forward(self, hidden_states):
+                    batch_size, sequence_length, hidden_dim = hidden_states.shape
+                    hidden_states = hidden_states.view(-1, hidden_dim)
+                    router_logits = self.gate(hidden_states)
+                    routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
+                    routing_weights, selected_experts = torch.topk(routing_weights, self.top_k, dim=-1)
+                    routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+                    routing_weights = routing_weights.to(hidden_states.dtype)
+                    final_hidden_states = torch.zeros(
+                        (batch_size * sequence_length, hidden_dim), dtype=hidden_states.dtype, device=hidden_states.device)
+                    expert_mask = torch.nn.functional.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
+                    expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+                    for expert_idx in expert_hit:
+                        expert_layer = self.experts[expert_idx]
+                        idx, top_x = torch.where(expert_mask[expert_idx].squeeze(0))
+                        current_state = hidden_states[None, top_x].reshape(-1, hidden_dim)
+                        current_hidden_states = expert_layer(current_state) * routing_weights[top_x, idx, None]
+                        final_hidden_states.index_add_(0, top_x, current_hidden_states.to(hidden_states.dtype))
+                    final_hidden_states = final_hidden_states.reshape(batch_size, sequence_length, hidden_dim)
+                    return final_hidden_states, router_logits
+            '''),
+        _e("softmax over the K selected logits", '''
+            class MoE(nn.Module):
+                def __init__(self, d_model, d_ff, num_experts, top_k):
+                    super().__init__()
+                    if not (1 <= top_k <= num_experts):
+                        raise ValueError("bad top_k")
+                    self.num_experts, self.top_k = num_experts, top_k
+                    self.gate = nn.Linear(d_model, num_experts, bias=False)
+                    self.experts = nn.ModuleList(SwiGLU(d_model, d_ff) for _ in range(num_experts))
+
+                def forward(self, x):
+                    B, T, D = x.shape
+                    h = x.reshape(B * T, D)
+                    logits = self.gate(h)  # (N, E)
+                    top_logits, top_idx = logits.topk(self.top_k, dim=-1)
+                    w = F.softmax(top_logits, dim=-1)  # same as renormalising the top-K probabilities
+                    out = torch.zeros_like(h)
+                    for e in range(self.num_experts):
+                        rows, slots = (top_idx == e).nonzero(as_tuple=True)
+                        if rows.numel() == 0:
+                            continue
+                        out[rows] += w[rows, slots, None] * self.experts[e](h[rows])
+                    return out.view(B, T, D), logits
+            '''),
+        _e("one token at a time", '''
+            class MoE(nn.Module):
+                def __init__(self, d_model, d_ff, num_experts, top_k):
+                    super().__init__()
+                    if not 1 <= top_k <= num_experts:
+                        raise ValueError("top_k must be in [1, num_experts]")
+                    self.num_experts, self.top_k = num_experts, top_k
+                    self.gate = nn.Linear(d_model, num_experts, bias=False)
+                    self.experts = nn.ModuleList([SwiGLU(d_model, d_ff) for _ in range(num_experts)])
+
+                def forward(self, x):
+                    h = x.reshape(-1, x.shape[-1])
+                    router_logits = self.gate(h)
+                    p = router_logits.softmax(dim=-1)
+                    w, idx = p.topk(self.top_k)
+                    w = w / w.sum(-1, keepdim=True)
+                    rows = []
+                    for n in range(h.shape[0]):
+                        rows.append(sum(w[n, k] * self.experts[int(idx[n, k])](h[n]) for k in range(self.top_k)))
+                    return torch.stack(rows).reshape(x.shape), router_logits
+            '''),
+    ],
+    "load_balancing_loss": [
+        _e("bincount", '''
+            def load_balancing_loss(router_logits, top_k):
+                N, E = router_logits.shape
+                probs = torch.softmax(router_logits, dim=-1)
+                idx = probs.topk(top_k, dim=-1).indices
+                f = torch.bincount(idx.reshape(-1), minlength=E).to(probs.dtype) / (N * top_k)
+                return E * torch.sum(f * probs.mean(dim=0))
+            '''),
+        _e("HF's older one_hot formula divided by K, float32 softmax", '''
+            def load_balancing_loss(router_logits, top_k):
+                num_experts = router_logits.shape[-1]
+                routing_weights = torch.nn.functional.softmax(router_logits, dim=-1, dtype=torch.float)
+                _, selected_experts = torch.topk(routing_weights, top_k, dim=-1)
+                expert_mask = torch.nn.functional.one_hot(selected_experts, num_experts)  # (N, K, E)
+                tokens_per_expert = torch.mean(expert_mask.float(), dim=0)  # (K, E)
+                router_prob_per_expert = torch.mean(routing_weights, dim=0)
+                overall_loss = torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0))
+                return (overall_loss * num_experts / top_k).to(router_logits.dtype)  # HF's sum over K slots / K
+            '''),
+    ],
+    "route_with_capacity": [
+        _e("a loop over the queue", '''
+            def route_with_capacity(router_logits, top_k, capacity):
+                if capacity < 0:
+                    raise ValueError("capacity must be >= 0")
+                probs = torch.softmax(router_logits.float(), dim=-1)
+                w, idx = torch.topk(probs, top_k, dim=-1)
+                w = (w / w.sum(dim=-1, keepdim=True)).to(router_logits.dtype)
+                kept = torch.zeros(idx.shape, dtype=torch.bool, device=idx.device)
+                used = [0] * router_logits.shape[-1]
+                for k in range(top_k):
+                    for n in range(idx.shape[0]):
+                        e = idx[n, k].item()
+                        if used[e] < capacity:
+                            used[e] += 1
+                            kept[n, k] = True
+                return idx, w, kept
+            '''),
+        _e("cumsum over the slot-major one_hot", '''
+            def route_with_capacity(router_logits, top_k, capacity):
+                if capacity < 0:
+                    raise ValueError("negative capacity")
+                N, E = router_logits.shape
+                probs = router_logits.softmax(dim=-1)
+                weights, expert_index = probs.topk(top_k, dim=-1)
+                weights = weights / weights.sum(dim=-1, keepdim=True)
+                order = F.one_hot(expert_index.t().reshape(-1), E)  # (K*N, E)
+                seen_before = order.cumsum(dim=0) - order  # assignments to the same expert offered earlier
+                kept = ((seen_before * order).sum(-1) < capacity).view(top_k, N).t()
+                return expert_index, weights, kept
+            '''),
+    ],
+}

@@ -1,0 +1,822 @@
+"""Notebook 06's visible cases: oracles that do not hand out the answer, and properties.
+
+Oracles (float64, in the judging process): the attention, block and model written with torch's
+own pieces (``F.scaled_dot_product_attention`` with an explicit bottom-right mask, ``F.rms_norm``,
+``F.silu``, RoPE as a complex product), run on the WHOLE sequence without a cache: a cached run,
+prefill then one-token steps and multi-token chunks, must give the same rows (cached == uncached),
+and the cache must end up holding the rotated keys. Tolerance: float64 modules are judged at
+float32 level (atol 1e-5, rtol 1e-5), since the setup's RoPE tables are float32 and float64 or
+complex angles are correct too (shared/design/peer-code.md); float32 modules at atol 1e-4,
+rtol 1e-4 (two layers of float32 arithmetic).
+
+Sampling is judged statistically: every case draws ``N_DRAWS`` = 20 000 tokens per logits row in
+one call (the row repeated), with a ``torch.Generator`` of fixed seed, and compares the frequencies
+with the softmax of the filtered logits computed here: |freq − p| ≤ 5·sqrt(p(1 − p)/n) + 1e-3 for
+every token, and the support exactly (a token outside the kept set never appears; every kept token
+with p ≥ 0.01 appears). The logits have no ties at the top-k boundary and no cumulative mass
+within 0.02 of p. ``generate`` is judged on ``probes.ProbeLM``, a deterministic model whose next
+token depends on the whole history it sees through the caches (greedy margins ≥ 7 logits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ...device import make_generator
+from .._calls import DEVICE, Call, Instance, Step
+from .._core import Case, Judge, _fmt_dtype
+from .mistakes import HINTS, MISTAKES, SAMPLING, filtered_probs
+
+__all__ = ["ATTN_TOL", "EXERCISES", "GENERATOR", "N_DRAWS", "PROBE", "attention_oracle", "block_oracle",
+           "chunked_steps", "lm_oracle", "lm_state", "block_state", "attention_state", "sampling_case",
+           "judge_chunks", "step_tensors", "visible_cases"]
+
+EXERCISES = ("KVCache", "CausalSelfAttention", "DecoderBlock", "DecoderLM", "sample_next_token", "generate",
+             "kv_cache_bytes", "apply_repetition_penalty")
+
+PROBE = "tfcourse.checks.nb06_kv_cache.probes:ProbeLM"
+GENERATOR = "tfcourse.checks.nb06_kv_cache.probes:seeded_generator"
+N_DRAWS = 20_000
+# (atol, rtol): float64 modules at float32 level (float32 RoPE tables are the setup's), float32 modules
+ATTN_TOL = {torch.float64: (1e-5, 1e-5), torch.float32: (1e-4, 1e-4)}
+
+
+def _randn(seed: int, *shape: int, scale: float = 1.0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return (torch.randn(*shape, generator=make_generator(seed), dtype=torch.float64) * scale).to(dtype)
+
+
+def _case(exercise: str, title: str, calls: list[Call], judge: Callable[[Judge], None], seed: int | None = None,
+          part: str = "core") -> Case:
+    return Case(exercise, title, calls, judge, seed=seed, mistakes=MISTAKES[exercise], part=part)
+
+
+def step_tensors(j: Judge, call: int, count: int, what: str) -> list[torch.Tensor]:
+    """The ``count`` tensors a call with steps returned (its results flattened), or a failure."""
+    o = j.outcomes[call]
+    if o.kind == "error":
+        j.values(call)  # raises: the judge reports the exception (with error hints, see _errors)
+    if o.kind == "bad_type":
+        hint = HINTS["seq_len_method"] if "method" in o.type_name else None
+        j.fail(f"{what}: got {o.type_name} where tensors (or None, or ints) were expected", hint=hint)
+    if len(o.tensors) != count:
+        j.fail(f"{what}: got {len(o.tensors)} tensors back; expected {count} (did a call return a tuple "
+               "of the wrong length, or None?)", hint=j.mistake_hint(call, check_shape_only=True))
+    return o.tensors
+
+
+def _error_hints(judge: Callable[[Judge], None]) -> Callable[[Judge], None]:
+    """An answer that raised gets the hint its error points to (torch.cat on the wrong axis, a
+    division by a zero temperature, weights that could not be loaded by name)."""
+
+    def wrapped(j: Judge) -> None:
+        for o in j.outcomes:
+            if o.kind != "error":
+                continue
+            msg = o.error_message
+            if "must match except in dimension" in msg and "dimension 2" not in msg:
+                j.fail(f"raised {o.error_line()}", hint=HINTS["cat_axis"])
+            if "probability tensor contains" in msg:
+                j.fail(f"raised {o.error_line()}", hint=HINTS["zero_temp"]
+                       if any(c.kwargs.get("temperature") == 0 for c in j.case.calls) else None)
+            if "loading state_dict" in msg and '"lm_head.weight"' in msg and "Missing" in msg:
+                j.fail("lm_head.weight could not be loaded: a tied model's state holds tok_emb.weight only",
+                       hint=HINTS["tie"])
+            if "loading state_dict" in msg:
+                lines = [ln.strip() for ln in msg.splitlines()[1:] if ln.strip()]
+                j.fail(f"the weights could not be loaded by name: {(lines[0] if lines else msg)[:120]}",
+                       hint="name the submodules as the task says (q_proj, k_proj, v_proj, o_proj; attn_norm, "
+                       "attn, ffn_norm, ffn; tok_emb, blocks, final_norm, lm_head): the grader loads them by name")
+        judge(j)
+
+    return wrapped
+
+
+# ---------------------------------------------------------------------------------------------
+# KVCache
+# ---------------------------------------------------------------------------------------------
+def _kv_case(title: str, seed: int, dtype: torch.dtype, b: int, g: int, dh: int, chunks: Sequence[int]) -> Case:
+    ks = [_randn(seed + 2 * i, b, g, t, dh, dtype=dtype) for i, t in enumerate(chunks)]
+    vs = [_randn(seed + 2 * i + 1, b, g, t, dh, dtype=dtype) for i, t in enumerate(chunks)]
+    steps = [Step("k", attribute=True), Step("v", attribute=True), Step("seq_len", attribute=True)]
+    for k, v in zip(ks, vs, strict=True):
+        steps += [Step("update", (k, v)), Step("seq_len", attribute=True)]
+    steps += [Step("k", attribute=True), Step("v", attribute=True)]
+    count = 3 + 3 * len(chunks) + 2
+
+    def judge(j: Judge) -> None:
+        got = step_tensors(j, 0, count, "the cache's attributes and update results")
+        for i, name in enumerate(("k", "v")):
+            j.require(got[i].numel() == 0, f"cache.{name} before the first update is a tensor of shape "
+                      f"{tuple(got[i].shape)}; expected None")
+        j.require(got[2].dim() == 0 and int(got[2]) == 0, f"seq_len of an empty cache is {got[2].tolist()}; "
+                  "expected 0")
+        total = 0
+        for i, t in enumerate(chunks):
+            total += t
+            k_all, v_all, n = got[3 + 3 * i: 6 + 3 * i]
+            want_k, want_v = torch.cat(ks[: i + 1], dim=2), torch.cat(vs[: i + 1], dim=2)
+            which = f"update {i + 1} (a chunk of {t}, {total - t} cached)"
+            for name, have, want in (("k", k_all, want_k), ("v", v_all, want_v)):
+                j.require(tuple(have.shape) == tuple(want.shape), f"{which} returned {name} of shape "
+                          f"{tuple(have.shape)}; expected (B, G, P + T, Dh) = {tuple(want.shape)}")
+                j.require(have.dtype == dtype, f"{which} returned {name} as {_fmt_dtype(have.dtype)}; expected "
+                          f"{_fmt_dtype(dtype)}, the dtype it was given")
+                j.close(have, want, name=f"{which}: returned {name}", oracle="torch.cat of every chunk so far")
+            j.require(n.dim() == 0 and int(n) == total, f"seq_len after {which} is {n.tolist()}; expected "
+                      f"{total}, the number of cached positions")
+        j.close(got[-2], torch.cat(ks, dim=2), name="cache.k after the updates", oracle="torch.cat of the keys")
+        j.close(got[-1], torch.cat(vs, dim=2), name="cache.v after the updates", oracle="torch.cat of the values")
+
+    return _case("KVCache", title, [Call("KVCache", (), steps=tuple(steps))], _error_hints(judge), seed=seed)
+
+
+def _kv_errors(seed: int) -> Case:
+    k = _randn(seed, 2, 3, 4, 5)
+    bad = {
+        "k (2, 3, 4, 5) with v (2, 3, 2, 5) on the first update": ((k, _randn(seed + 1, 2, 3, 2, 5)), None),
+        "a chunk with Dh = 6 after Dh = 5": ((_randn(seed + 2, 2, 3, 1, 6), _randn(seed + 3, 2, 3, 1, 6)), True),
+        "a float32 chunk after float64": ((_randn(seed + 4, 2, 3, 1, 5, dtype=torch.float32),
+                                           _randn(seed + 5, 2, 3, 1, 5, dtype=torch.float32)), True),
+        "a chunk with B = 1 after B = 2": ((_randn(seed + 6, 1, 3, 1, 5), _randn(seed + 7, 1, 3, 1, 5)), True),
+        "a chunk with G = 2 after G = 3": ((_randn(seed + 8, 2, 2, 1, 5), _randn(seed + 9, 2, 2, 1, 5)), True),
+    }
+    first = Step("update", (k, _randn(seed + 10, 2, 3, 4, 5)))
+    calls = [Call("KVCache", (), steps=((first, Step("update", args)) if after else (Step("update", args),)))
+             for args, after in bad.values()]
+
+    def judge(j: Judge) -> None:
+        for i, what in enumerate(bad):
+            o = j.outcomes[i]
+            if o.kind == "error" and o.error_type == "ValueError":
+                continue
+            did = f"raised {o.error_line()}" if o.kind == "error" else "raised nothing"
+            j.fail(f"{what}: {did}; expected ValueError", hint=HINTS["cache_validate"])
+
+    return _case("KVCache", "update raises ValueError when k and v differ in shape, or when B, G, Dh or the "
+                 "dtype differ from the cache", calls, judge, seed=seed)
+
+
+def _kv_cache_cases() -> list[Case]:
+    return [
+        _kv_case("an empty cache, then chunks of 5, 1 and 2 positions (B, G, Dh) = (2, 3, 4), float64: "
+                 "update returns the whole cache, seq_len counts positions", 6001, torch.float64, 2, 3, 4, (5, 1, 2)),
+        _kv_case("chunks of 2, 2 and 1 positions (B, G, Dh) = (1, 2, 8), float32", 6011, torch.float32, 1, 2, 8,
+                 (2, 2, 1)),
+        _kv_errors(6021),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The float64 oracles: attention, block, model, on the whole sequence
+# ---------------------------------------------------------------------------------------------
+def rope64(x: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotate-half RoPE at positions 0 .. T-1 as a complex product in float64 (x (B, H, T, Dh))."""
+    dh = x.size(-1)
+    half = dh // 2
+    inv = theta ** (-torch.arange(half, dtype=torch.float64) * 2 / dh)  # (Dh/2,)
+    angles = torch.arange(x.size(2), dtype=torch.float64)[:, None] * inv  # (T, Dh/2)
+    z = torch.complex(x[..., :half].double(), x[..., half:].double()) * torch.polar(torch.ones_like(angles), angles)
+    return torch.cat((z.real, z.imag), dim=-1)
+
+
+def attention_oracle(x: torch.Tensor, state: dict[str, torch.Tensor], h: int, theta: float,
+                     prefix: str = "") -> tuple[torch.Tensor, torch.Tensor]:
+    """(output (B, S, D), rotated keys (B, H, S, Dh)) in float64 of the whole sequence x."""
+    x = x.double()
+    b, s, d = x.shape
+    w = {n: state[f"{prefix}{n}_proj.weight"].double() for n in "qkvo"}
+
+    def heads(t: torch.Tensor) -> torch.Tensor:
+        return t.view(b, s, h, d // h).transpose(1, 2)
+
+    q, k, v = rope64(heads(x @ w["q"].T), theta), rope64(heads(x @ w["k"].T), theta), heads(x @ w["v"].T)
+    mask = torch.ones(s, s, dtype=torch.bool).tril()
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return out.transpose(1, 2).reshape(b, s, d) @ w["o"].T, k
+
+
+def block_oracle(x: torch.Tensor, state: dict[str, torch.Tensor], h: int, theta: float, eps: float,
+                 prefix: str = "") -> torch.Tensor:
+    x = x.double()
+    d = x.size(-1)
+    w = {n: t.double() for n, t in state.items()}
+    attn, _ = attention_oracle(F.rms_norm(x, (d,), w[f"{prefix}attn_norm.weight"], eps), state, h, theta,
+                               prefix=f"{prefix}attn.")
+    hid = x + attn
+    n = F.rms_norm(hid, (d,), w[f"{prefix}ffn_norm.weight"], eps)
+    ffn = (F.silu(n @ w[f"{prefix}ffn.gate_proj.weight"].T) * (n @ w[f"{prefix}ffn.up_proj.weight"].T)) \
+        @ w[f"{prefix}ffn.down_proj.weight"].T
+    return hid + ffn
+
+
+def lm_oracle(ids: torch.Tensor, state: dict[str, torch.Tensor], layers: int, h: int, theta: float) -> torch.Tensor:
+    x = state["tok_emb.weight"].double()[ids]
+    for i in range(layers):
+        x = block_oracle(x, state, h, theta, 1e-6, prefix=f"blocks.{i}.")
+    x = F.rms_norm(x, (x.size(-1),), state["final_norm.weight"].double(), 1e-6)
+    head = state.get("lm_head.weight", state["tok_emb.weight"]).double()
+    return x @ head.T
+
+
+def attention_state(seed: int, d: int, dtype: torch.dtype, prefix: str = "") -> dict[str, torch.Tensor]:
+    return {f"{prefix}{n}_proj.weight": _randn(seed + i, d, d, scale=d ** -0.5, dtype=dtype)
+            for i, n in enumerate("qkvo")}
+
+
+def block_state(seed: int, d: int, d_ff: int, dtype: torch.dtype, prefix: str = "") -> dict[str, torch.Tensor]:
+    state = attention_state(seed, d, dtype, prefix=f"{prefix}attn.")
+    state[f"{prefix}attn_norm.weight"] = (1 + 0.3 * _randn(seed + 10, d)).to(dtype)
+    state[f"{prefix}ffn_norm.weight"] = (1 + 0.3 * _randn(seed + 11, d)).to(dtype)
+    state[f"{prefix}ffn.gate_proj.weight"] = _randn(seed + 12, d_ff, d, scale=d ** -0.5, dtype=dtype)
+    state[f"{prefix}ffn.up_proj.weight"] = _randn(seed + 13, d_ff, d, scale=d ** -0.5, dtype=dtype)
+    state[f"{prefix}ffn.down_proj.weight"] = _randn(seed + 14, d, d_ff, scale=d_ff ** -0.5, dtype=dtype)
+    return state
+
+
+def lm_state(seed: int, vocab: int, d: int, layers: int, d_ff: int, dtype: torch.dtype,
+             tied: bool = False) -> dict[str, torch.Tensor]:
+    state = {"tok_emb.weight": _randn(seed, vocab, d, dtype=dtype)}
+    for i in range(layers):
+        state.update(block_state(seed + 100 * (i + 1), d, d_ff, dtype, prefix=f"blocks.{i}."))
+    state["final_norm.weight"] = (1 + 0.3 * _randn(seed + 1, d)).to(dtype)
+    if not tied:
+        state["lm_head.weight"] = _randn(seed + 2, vocab, d, scale=d ** -0.5, dtype=dtype)
+    return state
+
+
+def chunked_steps(inputs: torch.Tensor, chunks: Sequence[int], cache_kwarg: str, caches: object) -> list[Step]:
+    """One forward step per chunk of ``inputs`` (along dim 1), each given the same cache(s)."""
+    steps, at = [], 0
+    for t in chunks:
+        steps.append(Step("__call__", (inputs[:, at: at + t],), {cache_kwarg: caches}))
+        at += t
+    return steps
+
+
+def judge_chunks(j: Judge, got: list[torch.Tensor], full: torch.Tensor, chunks: Sequence[int], dtype: torch.dtype,
+                 what: str = "output") -> None:
+    """Each chunk's output == the rows of the whole sequence's output (cached == uncached)."""
+    atol, rtol = ATTN_TOL[dtype]
+    at = 0
+    for i, (t, out) in enumerate(zip(chunks, got, strict=False)):
+        rows = full[:, at: at + t]
+        where = "the prefill" if i == 0 else f"call {i + 1} ({t} new token{'s' if t > 1 else ''} after {at} cached)"
+        j.require(tuple(out.shape) == tuple(rows.shape), f"{what} of {where} has shape {tuple(out.shape)}; "
+                  f"expected {tuple(rows.shape)}", hint=j.mistake_hint(0, check_shape_only=True))
+        j.require(out.dtype == dtype, f"{what} of {where} is {_fmt_dtype(out.dtype)}; expected {_fmt_dtype(dtype)}")
+        j.close(out, rows, name=f"{what} of {where}", atol=atol, rtol=rtol,
+                oracle=f"rows {at}..{at + t - 1} without a cache")
+        at += t
+
+
+# ---------------------------------------------------------------------------------------------
+# CausalSelfAttention
+# ---------------------------------------------------------------------------------------------
+def _attn_full_case(title: str, seed: int, b: int, t: int, d: int, h: int, dtype: torch.dtype,
+                    theta: float | None = None, attributes: bool = False) -> Case:
+    x = _randn(seed, b, t, d, dtype=dtype)
+    state = attention_state(seed + 1, d, dtype)
+    args = (d, h) if theta is None else (d, h, theta)
+    steps = (Step("num_heads", attribute=True), Step("head_dim", attribute=True)) if attributes else ()
+    call = Call("CausalSelfAttention", args, state=state, forward_args=(x,), steps=steps)
+    want, _ = attention_oracle(x, state, h, 10000.0 if theta is None else theta)
+    atol, rtol = ATTN_TOL[dtype]
+
+    def judge(j: Judge) -> None:
+        if attributes:
+            out, heads, dh = step_tensors(j, 0, 3, "forward's output, num_heads and head_dim")
+            j.require(heads.dim() == 0 and int(heads) == h, f"num_heads is {heads.tolist()}; expected {h}")
+            j.require(dh.dim() == 0 and int(dh) == d // h, f"head_dim is {dh.tolist()}; expected {d // h}")
+        else:
+            out = j.tensor(shape=(b, t, d))
+        j.require(tuple(out.shape) == (b, t, d), f"output has shape {tuple(out.shape)}; expected {(b, t, d)}",
+                  hint=j.mistake_hint(check_shape_only=True))
+        j.require(out.dtype == dtype, f"output is {_fmt_dtype(out.dtype)}; expected {_fmt_dtype(dtype)}, x's dtype")
+        j.close(out, want.to(torch.float64), atol=atol, rtol=rtol,
+                oracle="F.scaled_dot_product_attention with RoPE (float64)")
+
+    return _case("CausalSelfAttention", title, [call], _error_hints(judge), seed=seed)
+
+
+def _attn_cache_case(title: str, seed: int, b: int, d: int, h: int, chunks: Sequence[int], dtype: torch.dtype,
+                     theta: float = 10000.0) -> Case:
+    s = sum(chunks)
+    x = _randn(seed, b, s, d, dtype=dtype)
+    state = attention_state(seed + 1, d, dtype)
+    cache = Instance("KVCache", key="c")
+    steps = chunked_steps(x, chunks, "cache", cache) + [Step("k", on="c", attribute=True),
+                                                        Step("seq_len", on="c", attribute=True)]
+    call = Call("CausalSelfAttention", (d, h, theta), state=state, steps=tuple(steps))
+    full, keys = attention_oracle(x, state, h, theta)
+    atol, rtol = ATTN_TOL[dtype]
+
+    def judge(j: Judge) -> None:
+        got = step_tensors(j, 0, len(chunks) + 2, f"{len(chunks)} outputs, cache.k and cache.seq_len")
+        judge_chunks(j, got, full, chunks, dtype)
+        k, n = got[-2], got[-1]
+        j.require(tuple(k.shape) == tuple(keys.shape), f"cache.k after the calls has shape {tuple(k.shape)}; "
+                  f"expected (B, H, S, Dh) = {tuple(keys.shape)}")
+        j.close(k, keys, name="cache.k after the calls", atol=atol, rtol=rtol,
+                oracle="the keys rotated at their positions")
+        j.require(n.dim() == 0 and int(n) == s, f"cache.seq_len after the calls is {n.tolist()}; expected {s}")
+
+    return _case("CausalSelfAttention", title, [call], _error_hints(judge), seed=seed, part="cache")
+
+
+def _attn_errors() -> Case:
+    def judge(j: Judge) -> None:
+        o = j.outcomes[0]
+        if not (o.kind == "error" and o.error_type == "ValueError"):
+            did = f"raised {o.error_line()}" if o.kind == "error" else "raised nothing"
+            j.fail(f"CausalSelfAttention(10, 4): {did}; expected ValueError", hint=HINTS["divisible"])
+
+    return _case("CausalSelfAttention", "ValueError when d_model is not divisible by num_heads",
+                 [Call("CausalSelfAttention", (10, 4))], judge)
+
+
+def _attention_cases() -> list[Case]:
+    f64, f32 = torch.float64, torch.float32
+    return [
+        _attn_full_case("no cache, (B, T, D) = (2, 7, 16), H = 4, float64: matches SDPA with RoPE at positions "
+                        "0..T-1 and a causal mask; num_heads and head_dim", 6101, 2, 7, 16, 4, f64, attributes=True),
+        _attn_full_case("no cache, one token (T = 1), float64", 6111, 3, 1, 16, 2, f64),
+        _attn_full_case("no cache, T = 3, H = 2, rope_theta = 100, float32", 6121, 2, 3, 16, 2, f32, theta=100.0),
+        _attn_full_case("no cache, T = 5, D = 24, H = 3, float64", 6131, 1, 5, 24, 3, f64),
+        _attn_errors(),
+        _attn_cache_case("a prefill of 5 tokens, then 3 one-token steps (float64): each output == the no-cache "
+                         "output's rows; cache.k holds the rotated keys", 6141, 2, 16, 2, (5, 1, 1, 1), f64),
+        _attn_cache_case("a prefill of 4, then chunks of 3 and 2 tokens (bottom-right mask), rope_theta = 500",
+                         6151, 2, 16, 4, (4, 3, 2), f64, theta=500.0),
+        _attn_cache_case("a prefill of 1, then steps of 1, 2 and 1 tokens, float32", 6161, 1, 16, 2, (1, 1, 2, 1),
+                         f32),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# DecoderBlock
+# ---------------------------------------------------------------------------------------------
+def _block_case(title: str, seed: int, b: int, d: int, h: int, d_ff: int, dtype: torch.dtype,
+                chunks: Sequence[int], theta: float = 10000.0, eps: float | None = None, scale: float = 1.0) -> Case:
+    s = sum(chunks)
+    x = _randn(seed, b, s, d, scale=scale, dtype=dtype)
+    state = block_state(seed + 1, d, d_ff, dtype)
+    kwargs = {} if eps is None else {"eps": eps}
+    full = block_oracle(x, state, h, theta, 1e-6 if eps is None else eps)
+    if len(chunks) == 1:
+        call = Call("DecoderBlock", (d, h, d_ff, theta), kwargs, state=state, forward_args=(x,))
+    else:
+        cache = Instance("KVCache", key="c")
+        call = Call("DecoderBlock", (d, h, d_ff, theta), kwargs, state=state,
+                    steps=tuple(chunked_steps(x, chunks, "cache", cache)))
+
+    def judge(j: Judge) -> None:
+        got = [j.tensor()] if len(chunks) == 1 else step_tensors(j, 0, len(chunks), f"{len(chunks)} outputs")
+        judge_chunks(j, got, full, chunks, dtype)
+
+    return _case("DecoderBlock", title, [call], _error_hints(judge), seed=seed)
+
+
+def _block_cases() -> list[Case]:
+    f64, f32 = torch.float64, torch.float32
+    return [
+        _block_case("no cache, (B, T, D) = (2, 6, 16), H = 2, d_ff = 40, float64: matches the pre-norm block "
+                    "(RMSNorm, attention, SwiGLU)", 6201, 2, 16, 2, 40, f64, (6,)),
+        _block_case("no cache, inputs of size 0.05 with eps = 0.01 (eps matters), rope_theta = 50, float64", 6211,
+                    1, 16, 4, 24, f64, (5,), theta=50.0, eps=1e-2, scale=0.05),
+        _block_case("a prefill of 4, then one token, then a chunk of 3 (a cache), float64", 6221, 2, 16, 2, 32, f64,
+                    (4, 1, 3)),
+        _block_case("no cache, float32", 6231, 2, 16, 4, 24, f32, (4,)),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# DecoderLM
+# ---------------------------------------------------------------------------------------------
+def _lm_ids(seed: int, b: int, t: int, vocab: int) -> torch.Tensor:
+    return torch.randint(0, vocab, (b, t), generator=make_generator(seed))
+
+
+def _lm_case(title: str, seed: int, *, b: int = 2, vocab: int = 13, d: int = 16, layers: int = 2, h: int = 2,
+             d_ff: int = 24, dtype: torch.dtype = torch.float64, chunks: Sequence[int] = (6,),
+             theta: float = 10000.0, tied: bool = False, part: str = "core") -> Case:
+    s = sum(chunks)
+    ids = _lm_ids(seed, b, s, vocab)
+    state = lm_state(seed + 1, vocab, d, layers, d_ff, dtype, tied=tied)
+    args = (vocab, d, layers, h, d_ff, theta)
+    kwargs = {"tie_embeddings": True} if tied else {}
+    full = lm_oracle(ids, state, layers, h, theta)
+    if len(chunks) == 1:
+        call = Call("DecoderLM", args, kwargs, state=state, forward_args=(ids,))
+    else:
+        caches = [Instance("KVCache", key=f"c{i}") for i in range(layers)]
+        call = Call("DecoderLM", args, kwargs, state=state, steps=tuple(chunked_steps(ids, chunks, "caches", caches)))
+
+    def judge(j: Judge) -> None:
+        got = [j.tensor()] if len(chunks) == 1 else step_tensors(j, 0, len(chunks), f"{len(chunks)} outputs")
+        judge_chunks(j, got, full, chunks, dtype, what="logits")
+
+    return _case("DecoderLM", title, [call], _error_hints(judge), seed=seed, part=part)
+
+
+def _lm_caches_error(seed: int) -> Case:
+    ids = _lm_ids(seed, 1, 3, 13)
+    state = lm_state(seed + 1, 13, 16, 2, 24, torch.float64)
+    call = Call("DecoderLM", (13, 16, 2, 2, 24), state=state, forward_args=(ids,),
+                forward_kwargs={"caches": [Instance("KVCache", key="c0")]})
+
+    def judge(j: Judge) -> None:
+        o = j.outcomes[0]
+        if not (o.kind == "error" and o.error_type == "ValueError"):
+            did = f"raised {o.error_line()}" if o.kind == "error" else "raised nothing"
+            j.fail(f"one cache for two blocks: {did}; expected ValueError", hint=HINTS["caches_len"])
+
+    return _case("DecoderLM", "ValueError when len(caches) != number of blocks", [call], judge, seed=seed,
+                 part="cache_and_tied")
+
+
+def _lm_cases() -> list[Case]:
+    return [
+        _lm_case("no cache, V = 13, D = 16, L = 2, H = 2, (B, T) = (2, 6), float64: logits match the "
+                 "embedding -> blocks -> final RMSNorm -> lm_head stack", 6301),
+        _lm_case("no cache, one layer, rope_theta = 100, float32", 6311, layers=1, dtype=torch.float32, theta=100.0,
+                 vocab=20, h=4),
+        _lm_case("no cache, 3 layers, one token per sequence (T = 1)", 6321, layers=3, chunks=(1,), b=3),
+        _lm_case("caches (one KVCache per block): a prefill of 4, one token, then a chunk of 3 == the logits "
+                 "without a cache", 6331, chunks=(4, 1, 3), part="cache_and_tied"),
+        _lm_case("tie_embeddings=True with a state holding tok_emb.weight only: lm_head.weight is tok_emb.weight",
+                 6341, tied=True, part="cache_and_tied"),
+        _lm_case("tie_embeddings=True, caches: a prefill of 2, then 2 one-token steps", 6351, tied=True,
+                 chunks=(2, 1, 1), layers=1, part="cache_and_tied"),
+        _lm_caches_error(6361),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# sample_next_token: greedy exactly, sampling statistically
+# ---------------------------------------------------------------------------------------------
+def _tolerance(p: torch.Tensor, n: int) -> torch.Tensor:
+    return 5 * (p * (1 - p) / n).sqrt() + 1e-3
+
+
+def _fits(counts: torch.Tensor, p: torch.Tensor, n: int) -> bool:
+    freq = counts / n
+    kept_seen = bool(((p >= 0.01) <= (counts > 0)).all())
+    outside = bool(((p == 0) & (counts > 0)).any())
+    return kept_seen and not outside and bool(((freq - p).abs() <= _tolerance(p, n)).all())
+
+
+def sampling_case(title: str, rows: torch.Tensor, seed: int, *, temperature: float = 1.0, top_k: int | None = None,
+                  top_p: float | None = None, part: str = "core", n: int = N_DRAWS, hidden: bool = False) -> Case:
+    """``rows`` (R, V) logits, each repeated n times in one call: the frequencies of every row's
+    draws must fit the softmax of its filtered logits (module docstring); a misfit names the one
+    catalogued mistake whose distribution fits, if exactly one does."""
+    r, vocab = rows.shape
+    logits = rows.repeat_interleave(n, dim=0)  # (R·n, V)
+    kwargs: dict = {"temperature": temperature}
+    if top_k is not None:
+        kwargs["top_k"] = top_k
+    if top_p is not None:
+        kwargs["top_p"] = top_p
+    kwargs["generator"] = Instance(GENERATOR, (seed, DEVICE))
+    call = Call("sample_next_token", (logits,), kwargs)
+    expected = filtered_probs(rows, temperature, top_k, top_p)  # (R, V)
+
+    def judge(j: Judge) -> None:
+        got = j.tensor(shape=(r * n,), dtype=torch.int64)
+        bad = (got < 0) | (got >= vocab)
+        if bad.any():
+            j.fail(f"drew token {int(got[bad][0])}, outside 0..{vocab - 1}")
+        counts = torch.stack([torch.bincount(got[i * n: (i + 1) * n], minlength=vocab) for i in range(r)]).double()
+        if all(_fits(counts[i], expected[i], n) for i in range(r)):
+            return
+        fitting = [key for key, opts in SAMPLING.items()
+                   if all(_fits(counts[i], p, n) for i, p in enumerate(filtered_probs(rows, temperature, top_k, top_p,
+                                                                                    **opts)))]
+        hint = HINTS[fitting[0]] if len(fitting) == 1 else None
+        for i in range(r):
+            p, c = expected[i], counts[i]
+            freq = c / n
+            row = f"row {i}: " if r > 1 else ""
+            outside = ((p == 0) & (c > 0)).nonzero().flatten().tolist()
+            if outside:
+                j.fail(f"{row}token {outside[0]} was drawn {int(c[outside[0]])} times in {n}, but top-k/top-p "
+                       f"leave it probability 0 (kept: {(p > 0).nonzero().flatten().tolist()})", hint=hint)
+            missing = ((p >= 0.01) & (c == 0)).nonzero().flatten().tolist()
+            if missing:
+                j.fail(f"{row}token {missing[0]} (probability {float(p[missing[0]]):.3f}) never drawn in {n} draws "
+                       f"(kept: {(p > 0).nonzero().flatten().tolist()})", hint=hint)
+            err = (freq - p).abs() - _tolerance(p, n)
+            if (err > 0).any():
+                v = int(err.argmax())
+                j.fail(f"{row}token {v} drawn with frequency {float(freq[v]):.4f} in {n} draws; its probability is "
+                       f"{float(p[v]):.4f}", f"tolerance: |freq - p| <= 5·sqrt(p(1-p)/n) + 1e-3 = "
+                       f"{float(_tolerance(p[v], n)):.4f} (fixed generator, seed {seed})", hint=hint)
+
+    case = _case("sample_next_token", title, [call], _error_hints(judge), seed=seed, part=part)
+    case.hidden = hidden
+    return case
+
+
+def _greedy_case(title: str, seed: int, dtype: torch.dtype, **options) -> Case:
+    logits = _randn(seed, 5, 9, scale=2.0, dtype=dtype)
+    call = Call("sample_next_token", (logits,), {"temperature": 0.0, **options})
+
+    def judge(j: Judge) -> None:
+        got = j.tensor(shape=(5,), dtype=torch.int64)
+        j.close(got, logits.argmax(-1), name="tokens", oracle="logits.argmax(-1)")
+
+    return _case("sample_next_token", title, [call], _error_hints(judge), seed=seed)
+
+
+def _generator_case(seed: int) -> Case:
+    logits = torch.linspace(0.0, 1.0, 8, dtype=torch.float64).repeat(500, 1)  # (500, 8): nearly uniform
+    calls = [Call("sample_next_token", (logits,), {"temperature": 1.0, "generator": Instance(GENERATOR, (s, DEVICE))})
+             for s in (seed, seed, seed + 1)]
+
+    def judge(j: Judge) -> None:
+        a, b, c = (j.tensor(i, shape=(500,), dtype=torch.int64) for i in range(3))
+        j.require(torch.equal(a, b), "two calls with generators of the same seed drew different tokens",
+                  hint=HINTS["no_generator"])
+        j.require(not torch.equal(a, c), "generators of two different seeds drew the same 500 tokens",
+                  hint=HINTS["no_generator"])
+
+    return _case("sample_next_token", "the generator decides the draws: the same seed twice gives the same tokens, "
+                 "another seed others", calls, judge, seed=seed)
+
+
+def _sampling_errors() -> Case:
+    logits = _randn(6499, 2, 5)
+    bad = {"temperature=-0.5": {"temperature": -0.5}, "top_k=0": {"top_k": 0}, "top_p=0.0": {"top_p": 0.0},
+           "top_p=1.5": {"top_p": 1.5}}
+    calls = [Call("sample_next_token", (logits,), kw) for kw in bad.values()]
+
+    def judge(j: Judge) -> None:
+        for i, what in enumerate(bad):
+            o = j.outcomes[i]
+            if not (o.kind == "error" and o.error_type == "ValueError"):
+                did = f"raised {o.error_line()}" if o.kind == "error" else "raised nothing"
+                j.fail(f"{what}: {did}; expected ValueError", hint=HINTS["sample_errors"])
+
+    return _case("sample_next_token", "ValueError for temperature < 0, top_k < 1, top_p outside (0, 1]", calls, judge)
+
+
+# Logits chosen so that no two are tied at a top-k boundary and no cumulative mass lies within
+# 0.02 of a top-p threshold used below (the sorted probabilities are printed in the tests).
+ROW_A = torch.tensor([1.2, -0.3, 2.1, 0.4, -1.5, 1.7, 0.0, -0.8], dtype=torch.float64)
+ROW_B = torch.tensor([0.1, 0.9, -0.4, 1.6, 0.6, -1.1, 1.3, -0.2], dtype=torch.float64)
+
+
+def _sampling_cases() -> list[Case]:
+    both = torch.stack((ROW_A, ROW_B))
+    return [
+        _greedy_case("temperature 0 is greedy: argmax of every row (float32), never a division by zero", 6401,
+                     torch.float32),
+        _greedy_case("temperature 0 ignores top_k and top_p (float64)", 6411, torch.float64, top_k=3, top_p=0.5),
+        sampling_case("temperature 1: the frequencies of 20 000 draws per row match softmax(logits)", both, 6421),
+        sampling_case("temperature 0.5: the frequencies match softmax(logits / 0.5)", both, 6431, temperature=0.5),
+        sampling_case("temperature 2 on float32 logits: softmax(logits / 2)", both.float(), 6441, temperature=2.0),
+        _generator_case(6451),
+        _sampling_errors(),
+        sampling_case("top_k = 3: only the 3 largest logits are drawn, with renormalised probabilities", both, 6461,
+                      top_k=3, part="filters"),
+        sampling_case("top_k = 8 = V keeps every token; top_k = 20 > V too", both, 6471, top_k=20, part="filters"),
+        sampling_case("top_p = 0.6: the smallest set of tokens whose probability reaches 0.6 (the token that "
+                      "crosses 0.6 included)", both, 6481, top_p=0.6, part="filters"),
+        sampling_case("top_p = 0.05 keeps the most likely token only (at least one token always)", both, 6491,
+                      top_p=0.05, part="filters"),
+        sampling_case("temperature 0.7, top_k = 4, then top_p = 0.85 of what top-k kept (renormalised)", both,
+                      6501, temperature=0.7, top_k=4, top_p=0.85, part="filters"),
+        sampling_case("top_p = 1.0 keeps every token", both, 6511, top_p=1.0, part="filters"),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# generate, on the probe model
+# ---------------------------------------------------------------------------------------------
+def probe(key: str = "", **kwargs) -> Instance:
+    return Instance(PROBE, (), kwargs, key=key)
+
+
+def _prompt(seed: int, b: int, t: int, vocab: int = 11) -> torch.Tensor:
+    return torch.randint(0, vocab, (b, t), generator=make_generator(seed))
+
+
+def _greedy_tokens(ids: torch.Tensor, n: int, **probe_kwargs) -> torch.Tensor:
+    from .probes import ProbeLM
+
+    return ProbeLM(**probe_kwargs).greedy(ids, n)
+
+
+def _generate_case(title: str, seed: int, b: int, t: int, n: int, part: str = "core", **kwargs) -> Case:
+    ids = _prompt(seed, b, t)
+    want = _greedy_tokens(ids, n)
+    call = Call("generate", (probe(), ids, n), kwargs)
+
+    def judge(j: Judge) -> None:
+        got = j.tensor(shape=(b, t + n), dtype=torch.int64)
+        j.require(torch.equal(got[:, :t], ids), "the output does not start with the prompt (input_ids)")
+        wrong = (got != want).nonzero()
+        if len(wrong):
+            bb, at = (int(i) for i in wrong[0])
+            j.fail(f"token {at} of sequence {bb} (new token {at - t + 1} of {n}) is {int(got[bb, at])}; greedy "
+                   f"decoding gives {int(want[bb, at])}", "(the probe model's next token depends on the whole "
+                   "history it sees through the caches; greedy margins >= 7 logits)", hint=j.mistake_hint())
+
+    return _case("generate", title, [call], _error_hints(judge), seed=seed, part=part)
+
+
+def _record_case(title: str, seed: int, use_cache: bool) -> Case:
+    b, t, n = 2, 4, 5
+    ids = _prompt(seed, b, t)
+    call = Call("generate", (probe("m"), ids, n), {"use_cache": use_cache},
+                steps=(Step("record", on="m", attribute=True),))
+
+    def judge(j: Judge) -> None:
+        (record,) = step_tensors(j, 0, 1, "the probe's record of its calls")
+        rows = [tuple(int(v) for v in r) for r in record]
+        if use_cache:
+            lengths = [r[0] for r in rows]
+            j.require(len(rows) in (n, n + 1) and lengths[0] == t and all(x == 1 for x in lengths[1:]),
+                      f"the model got inputs of lengths {lengths}; expected the prompt once ({t}), then one token per "
+                      f"call: {[t] + [1] * (n - 1)}", hint=j.mistake_hint())
+            j.require(all(r[1] == 2 for r in rows), f"caches passed per call: {[r[1] for r in rows]} "
+                      "(-1 = None); expected a list of 2 (one per block) at every call", hint=j.mistake_hint())
+        else:
+            lengths = [r[0] for r in rows]
+            j.require(lengths[:n] == list(range(t, t + n)), f"use_cache=False: the model got inputs of lengths "
+                      f"{lengths}; expected the whole sequence each call: {list(range(t, t + n))}",
+                      hint=j.mistake_hint())
+            j.require(all(r[1] == -1 for r in rows), f"use_cache=False: caches passed {[r[1] for r in rows]}; "
+                      "expected caches=None (-1)", hint=HINTS["gen_uncached_caches"])
+        j.require(all(r[2] == 0 for r in rows), "the model ran with autograd on", hint=HINTS["no_grad"])
+
+    return _case("generate", title, [call], _error_hints(judge), seed=seed, part="cache_use")
+
+
+def _options_case(seed: int) -> Case:
+    b, t, n = 2, 3, 6
+    ids = _prompt(seed, b, t)
+    want = _greedy_tokens(ids, n, peak=1.0)
+    calls = [Call("generate", (probe(peak=1.0), ids, n),
+                  {"temperature": 1.0, **opt, "generator": Instance(GENERATOR, (seed + i, DEVICE))})
+             for i, opt in enumerate(({"top_k": 1}, {"top_p": 0.05}))]
+
+    def judge(j: Judge) -> None:
+        for i, what in enumerate(("top_k=1", "top_p=0.05")):
+            got = j.tensor(i, shape=(b, t + n), dtype=torch.int64)
+            j.require(torch.equal(got, want), f"temperature 1 with {what} gave {got[:, t:].tolist()}; these filters "
+                      f"keep the most likely token only, so greedy's {want[:, t:].tolist()} was expected",
+                      hint=HINTS["gen_options"])
+
+    return _case("generate", "the sampling options reach sample_next_token: temperature 1 with top_k=1 (or a tiny "
+                 "top_p) reproduces greedy decoding", calls, judge, seed=seed, part="cache_use")
+
+
+def _seeds_case(seed: int) -> Case:
+    b, t, n = 2, 3, 8
+    ids = _prompt(seed, b, t)
+    want = _greedy_tokens(ids, n, peak=1.0)
+    calls = [Call("generate", (probe(peak=1.0), ids, n), {"temperature": 1.0, "generator": Instance(GENERATOR, (s,
+                                                                                                              DEVICE))})
+             for s in (seed, seed, seed + 1)]
+
+    def judge(j: Judge) -> None:
+        a, b2, c = (j.tensor(i, shape=(b, t + n), dtype=torch.int64) for i in range(3))
+        if torch.equal(a, want) and torch.equal(c, want):
+            j.fail("temperature 1 gave the greedy tokens with two different generators", hint=HINTS["always_greedy"])
+        j.require(torch.equal(a, b2), "two runs with generators of the same seed gave different tokens",
+                  hint=HINTS["gen_options"])
+        j.require(not torch.equal(a, c), "generators of two different seeds gave the same 16 sampled tokens",
+                  hint=HINTS["gen_options"])
+
+    return _case("generate", "sampling at temperature 1 follows the generator: the same seed twice gives the same "
+                 "tokens, another seed others", calls, judge, seed=seed, part="cache_use")
+
+
+def _generate_cases() -> list[Case]:
+    return [
+        _generate_case("greedy with the cache (the defaults), (B, T) = (2, 5), 8 new tokens: the probe model's "
+                       "greedy continuation", 6601, 2, 5, 8),
+        _generate_case("greedy without the cache (use_cache=False)", 6611, 2, 5, 8, use_cache=False),
+        _generate_case("a one-token prompt, B = 1, 6 new tokens, temperature=0.0", 6621, 1, 1, 6, temperature=0.0),
+        _generate_case("max_new_tokens = 0 returns the prompt", 6631, 2, 4, 0),
+        _record_case("use_cache=True: the model gets the prompt once, then one token per call, with one cache per "
+                     "block, under no_grad", 6641, True),
+        _record_case("use_cache=False: the model gets the whole sequence each call, caches=None", 6651, False),
+        _options_case(6661),
+        _seeds_case(6671),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# kv_cache_bytes and apply_repetition_penalty
+# ---------------------------------------------------------------------------------------------
+def _bytes_call(*args: int, **kwargs: int) -> Call:
+    # the answer is a Python int: read it back through __index__ (a float has none)
+    return Call("kv_cache_bytes", args, kwargs, steps=(Step("__index__"),))
+
+
+def _bytes_case(title: str, rows: list[tuple[tuple, dict, int]]) -> Case:
+    calls = [_bytes_call(*args, **kwargs) for args, kwargs, _ in rows]
+
+    def judge(j: Judge) -> None:
+        for i, (args, kwargs, want) in enumerate(rows):
+            o = j.outcomes[i]
+            if o.kind == "error" and "__index__" in o.error_message:
+                j.fail(f"kv_cache_bytes{args} returned a float; expected a Python int", hint=HINTS["int"])
+            (got,) = step_tensors(j, i, 1, "the byte count")
+            what = ", ".join([*map(str, args), *(f"{k}={v}" for k, v in kwargs.items())])
+            j.require(int(got) == want, f"kv_cache_bytes({what}) = {int(got)}; expected {want} = 2·L·G·Dh·S·B·bytes",
+                      hint=j.mistake_hint(i))
+
+    return _case("kv_cache_bytes", title, calls, judge)
+
+
+def _bytes_errors() -> Case:
+    bad = [(-1, 8, 128, 10), (2, 8, 128, -5), (2, 8, 128, 10, 1, -2)]
+    calls = [_bytes_call(*args) for args in bad]
+
+    def judge(j: Judge) -> None:
+        for i, args in enumerate(bad):
+            o = j.outcomes[i]
+            if not (o.kind == "error" and o.error_type == "ValueError"):
+                did = f"raised {o.error_line()}" if o.kind == "error" else "raised nothing"
+                j.fail(f"kv_cache_bytes{args}: {did}; expected ValueError", hint=HINTS["kv_negative"])
+
+    return _case("kv_cache_bytes", "ValueError for a negative argument", calls, judge)
+
+
+def _bytes_cases() -> list[Case]:
+    return [
+        _bytes_case("Llama-2-7B (L = 32, G = 32, Dh = 128) at 4096 tokens in fp16: 2**31 bytes (2 GiB); at 131072 "
+                    "tokens 2**36 (64 GiB)", [((32, 32, 128, 4096), {}, 2**31), ((32, 32, 128, 131072), {}, 2**36)]),
+        _bytes_case("GQA (G = 8), batch 3, float32 (4 bytes), and zero tokens",
+                    [((32, 8, 128, 1000), {"batch_size": 3, "bytes_per_element": 4}, 2 * 32 * 8 * 128 * 1000 * 3 * 4),
+                     ((2, 4, 64, 0), {}, 0), ((3, 2, 16, 7, 5, 1), {}, 2 * 3 * 2 * 16 * 7 * 5)]),
+        _bytes_errors(),
+    ]
+
+
+def penalty_oracle(logits: torch.Tensor, ids: torch.Tensor, penalty: float) -> torch.Tensor:
+    """A loop over each row's distinct ids (the judge's oracle)."""
+    out = logits.clone()
+    for b in range(logits.size(0)):
+        for i in set(ids[b].tolist()):
+            x = out[b, i]
+            out[b, i] = x * penalty if x < 0 else x / penalty
+    return out
+
+
+def _penalty_case(title: str, seed: int, b: int, vocab: int, t: int, penalty: float, dtype: torch.dtype) -> Case:
+    logits = _randn(seed, b, vocab, scale=2.0, dtype=dtype)
+    ids = torch.randint(0, vocab // 2, (b, t), generator=make_generator(seed + 1))  # repeats, unseen ids too
+    call = Call("apply_repetition_penalty", (logits, ids, penalty))
+    want = penalty_oracle(logits, ids, penalty)
+
+    def judge(j: Judge) -> None:
+        got = j.tensor(shape=(b, vocab), dtype=dtype)
+        j.close(got, want, oracle="each row's distinct ids penalised once")
+
+    return _case("apply_repetition_penalty", title, [call], judge, seed=seed)
+
+
+def _penalty_errors() -> Case:
+    calls = [Call("apply_repetition_penalty", (_randn(6791, 1, 4), torch.tensor([[0, 1]]), p)) for p in (0.0, -1.2)]
+
+    def judge(j: Judge) -> None:
+        for i, p in enumerate((0.0, -1.2)):
+            o = j.outcomes[i]
+            if not (o.kind == "error" and o.error_type == "ValueError"):
+                did = f"raised {o.error_line()}" if o.kind == "error" else "raised nothing"
+                j.fail(f"penalty={p}: {did}; expected ValueError", hint=HINTS["rp_penalty_error"])
+
+    return _case("apply_repetition_penalty", "ValueError for penalty <= 0", calls, judge)
+
+
+def _penalty_cases() -> list[Case]:
+    return [
+        _penalty_case("penalty 1.3 on (B, V) = (3, 12) logits of both signs, ids with repeats (float64)", 6701, 3, 12,
+                      9, 1.3, torch.float64),
+        _penalty_case("penalty 0.7 (< 1 favours repeats), float32", 6711, 2, 10, 6, 0.7, torch.float32),
+        _penalty_errors(),
+    ]
+
+
+_VISIBLE: dict[str, Callable[[], list[Case]]] = {
+    "KVCache": _kv_cache_cases,
+    "CausalSelfAttention": _attention_cases,
+    "DecoderBlock": _block_cases,
+    "DecoderLM": _lm_cases,
+    "sample_next_token": _sampling_cases,
+    "generate": _generate_cases,
+    "kv_cache_bytes": _bytes_cases,
+    "apply_repetition_penalty": _penalty_cases,
+}
+
+
+def visible_cases(exercise: str) -> list[Case]:
+    """The cases ``check_<exercise>`` runs (the grader runs them too, before the hidden ones)."""
+    return _VISIBLE[exercise]()

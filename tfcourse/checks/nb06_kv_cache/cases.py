@@ -30,9 +30,9 @@ from .._calls import DEVICE, Call, Instance, Step
 from .._core import Case, Judge, _fmt_dtype
 from .mistakes import HINTS, MISTAKES, SAMPLING, filtered_probs
 
-__all__ = ["ATTN_TOL", "EXERCISES", "GENERATOR", "N_DRAWS", "PROBE", "attention_oracle", "block_oracle",
-           "chunked_steps", "lm_oracle", "lm_state", "block_state", "attention_state", "sampling_case",
-           "judge_chunks", "step_tensors", "visible_cases"]
+__all__ = ["ATTN_TOL", "EXERCISES", "GENERATOR", "N_DRAWS", "PROBE", "attention_oracle", "attention_state",
+           "block_oracle", "block_state", "chunked_steps", "error_hints", "judge_chunks", "lm_oracle", "lm_state",
+           "probe", "record_case", "sampling_case", "step_tensors", "visible_cases"]
 
 EXERCISES = ("KVCache", "CausalSelfAttention", "DecoderBlock", "DecoderLM", "sample_next_token", "generate",
              "kv_cache_bytes", "apply_repetition_penalty")
@@ -67,7 +67,7 @@ def step_tensors(j: Judge, call: int, count: int, what: str) -> list[torch.Tenso
     return o.tensors
 
 
-def _error_hints(judge: Callable[[Judge], None]) -> Callable[[Judge], None]:
+def error_hints(judge: Callable[[Judge], None]) -> Callable[[Judge], None]:
     """An answer that raised gets the hint its error points to (torch.cat on the wrong axis, a
     division by a zero temperature, weights that could not be loaded by name)."""
 
@@ -130,7 +130,7 @@ def _kv_case(title: str, seed: int, dtype: torch.dtype, b: int, g: int, dh: int,
         j.close(got[-2], torch.cat(ks, dim=2), name="cache.k after the updates", oracle="torch.cat of the keys")
         j.close(got[-1], torch.cat(vs, dim=2), name="cache.v after the updates", oracle="torch.cat of the values")
 
-    return _case("KVCache", title, [Call("KVCache", (), steps=tuple(steps))], _error_hints(judge), seed=seed)
+    return _case("KVCache", title, [Call("KVCache", (), steps=tuple(steps))], error_hints(judge), seed=seed)
 
 
 def _kv_errors(seed: int) -> Case:
@@ -298,7 +298,7 @@ def _attn_full_case(title: str, seed: int, b: int, t: int, d: int, h: int, dtype
         j.close(out, want.to(torch.float64), atol=atol, rtol=rtol,
                 oracle="F.scaled_dot_product_attention with RoPE (float64)")
 
-    return _case("CausalSelfAttention", title, [call], _error_hints(judge), seed=seed)
+    return _case("CausalSelfAttention", title, [call], error_hints(judge), seed=seed)
 
 
 def _attn_cache_case(title: str, seed: int, b: int, d: int, h: int, chunks: Sequence[int], dtype: torch.dtype,
@@ -323,7 +323,7 @@ def _attn_cache_case(title: str, seed: int, b: int, d: int, h: int, chunks: Sequ
                 oracle="the keys rotated at their positions")
         j.require(n.dim() == 0 and int(n) == s, f"cache.seq_len after the calls is {n.tolist()}; expected {s}")
 
-    return _case("CausalSelfAttention", title, [call], _error_hints(judge), seed=seed, part="cache")
+    return _case("CausalSelfAttention", title, [call], error_hints(judge), seed=seed, part="cache")
 
 
 def _attn_errors() -> Case:
@@ -376,7 +376,7 @@ def _block_case(title: str, seed: int, b: int, d: int, h: int, d_ff: int, dtype:
         got = [j.tensor()] if len(chunks) == 1 else step_tensors(j, 0, len(chunks), f"{len(chunks)} outputs")
         judge_chunks(j, got, full, chunks, dtype)
 
-    return _case("DecoderBlock", title, [call], _error_hints(judge), seed=seed)
+    return _case("DecoderBlock", title, [call], error_hints(judge), seed=seed)
 
 
 def _block_cases() -> list[Case]:
@@ -418,7 +418,7 @@ def _lm_case(title: str, seed: int, *, b: int = 2, vocab: int = 13, d: int = 16,
         got = [j.tensor()] if len(chunks) == 1 else step_tensors(j, 0, len(chunks), f"{len(chunks)} outputs")
         judge_chunks(j, got, full, chunks, dtype, what="logits")
 
-    return _case("DecoderLM", title, [call], _error_hints(judge), seed=seed, part=part)
+    return _case("DecoderLM", title, [call], error_hints(judge), seed=seed, part=part)
 
 
 def _lm_caches_error(seed: int) -> Case:
@@ -515,7 +515,7 @@ def sampling_case(title: str, rows: torch.Tensor, seed: int, *, temperature: flo
                        f"{float(p[v]):.4f}", f"tolerance: |freq - p| <= 5·sqrt(p(1-p)/n) + 1e-3 = "
                        f"{float(_tolerance(p[v], n)):.4f} (fixed generator, seed {seed})", hint=hint)
 
-    case = _case("sample_next_token", title, [call], _error_hints(judge), seed=seed, part=part)
+    case = _case("sample_next_token", title, [call], error_hints(judge), seed=seed, part=part)
     case.hidden = hidden
     return case
 
@@ -528,7 +528,7 @@ def _greedy_case(title: str, seed: int, dtype: torch.dtype, **options) -> Case:
         got = j.tensor(shape=(5,), dtype=torch.int64)
         j.close(got, logits.argmax(-1), name="tokens", oracle="logits.argmax(-1)")
 
-    return _case("sample_next_token", title, [call], _error_hints(judge), seed=seed)
+    return _case("sample_next_token", title, [call], error_hints(judge), seed=seed)
 
 
 def _generator_case(seed: int) -> Case:
@@ -625,11 +625,10 @@ def _generate_case(title: str, seed: int, b: int, t: int, n: int, part: str = "c
                    f"decoding gives {int(want[bb, at])}", "(the probe model's next token depends on the whole "
                    "history it sees through the caches; greedy margins >= 7 logits)", hint=j.mistake_hint())
 
-    return _case("generate", title, [call], _error_hints(judge), seed=seed, part=part)
+    return _case("generate", title, [call], error_hints(judge), seed=seed, part=part)
 
 
-def _record_case(title: str, seed: int, use_cache: bool) -> Case:
-    b, t, n = 2, 4, 5
+def record_case(title: str, seed: int, use_cache: bool, b: int = 2, t: int = 4, n: int = 5) -> Case:
     ids = _prompt(seed, b, t)
     call = Call("generate", (probe("m"), ids, n), {"use_cache": use_cache},
                 steps=(Step("record", on="m", attribute=True),))
@@ -653,7 +652,7 @@ def _record_case(title: str, seed: int, use_cache: bool) -> Case:
                       "expected caches=None (-1)", hint=HINTS["gen_uncached_caches"])
         j.require(all(r[2] == 0 for r in rows), "the model ran with autograd on", hint=HINTS["no_grad"])
 
-    return _case("generate", title, [call], _error_hints(judge), seed=seed, part="cache_use")
+    return _case("generate", title, [call], error_hints(judge), seed=seed, part="cache_use")
 
 
 def _options_case(seed: int) -> Case:
@@ -703,9 +702,9 @@ def _generate_cases() -> list[Case]:
         _generate_case("greedy without the cache (use_cache=False)", 6611, 2, 5, 8, use_cache=False),
         _generate_case("a one-token prompt, B = 1, 6 new tokens, temperature=0.0", 6621, 1, 1, 6, temperature=0.0),
         _generate_case("max_new_tokens = 0 returns the prompt", 6631, 2, 4, 0),
-        _record_case("use_cache=True: the model gets the prompt once, then one token per call, with one cache per "
+        record_case("use_cache=True: the model gets the prompt once, then one token per call, with one cache per "
                      "block, under no_grad", 6641, True),
-        _record_case("use_cache=False: the model gets the whole sequence each call, caches=None", 6651, False),
+        record_case("use_cache=False: the model gets the whole sequence each call, caches=None", 6651, False),
         _options_case(6661),
         _seeds_case(6671),
     ]

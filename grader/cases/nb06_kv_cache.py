@@ -1,0 +1,302 @@
+"""Grading cases for notebook 06 (causal decoding and the KV cache).
+
+The visible cases come from ``tfcourse.checks.nb06_kv_cache``; the hidden ones below are drawn
+from the grader's seed. Deterministic answers are compared with the reference solution run on
+the same calls (``KVCache`` contents, the modules' outputs with and without caches, greedy
+``generate`` on the probe model, byte counts, the repetition penalty); sampling is judged
+statistically like the visible cases (random logits rows, kept away from top-k ties and from
+cumulative masses near p), and how ``generate`` calls the model by the probe's record.
+
+Tolerances: float64 modules at float32 level (atol 1e-5, rtol 1e-5; the setup's RoPE tables are
+float32, and float64/complex angles are correct too), float32 modules atol/rtol 1e-4; token ids
+and byte counts exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from tfcourse.checks._calls import Call, Instance, Step
+from tfcourse.checks._core import Case, Judge, _fmt_dtype
+from tfcourse.checks.nb06_kv_cache import EXERCISES, MISTAKES, visible_cases
+from tfcourse.checks.nb06_kv_cache.cases import (
+    ATTN_TOL,
+    attention_state,
+    block_state,
+    chunked_steps,
+    error_hints,
+    lm_state,
+    probe,
+    record_case,
+    sampling_case,
+)
+from tfcourse.device import make_generator
+
+__all__ = ["EXERCISES", "cases", "hidden_cases"]
+
+
+def _randn(g: torch.Generator, *shape: int, scale: float = 1.0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+
+
+def _pick(g: torch.Generator, options: Sequence) -> object:
+    return options[int(torch.randint(len(options), (1,), generator=g))]
+
+
+def _reference_judge(atol: float | None = None, rtol: float | None = None) -> Callable[[Judge], None]:
+    """Every tensor each call returned (steps flattened) matches the reference's: same count,
+    shape, dtype and values; where the reference raised, the same exception type. Tensors made
+    from ints and None are compared wherever they live (no device check: the framework makes them)."""
+
+    def judge(j: Judge) -> None:
+        for call in range(len(j.case.calls)):
+            exp = j.expected[call]
+            o = j.outcomes[call]
+            if exp.kind == "error":
+                j.require(o.kind == "error" and o.error_type == exp.error_type,
+                          f"expected {exp.error_type} ({exp.error_message.splitlines()[0][:80]}), but "
+                          f"{'it raised ' + o.error_type if o.kind == 'error' else 'nothing was raised'}", call=call)
+                continue
+            if o.kind == "error":
+                j.values(call)  # raises: reported as the answer's error
+            if o.kind == "bad_type":
+                j.fail(f"returned {o.type_name}; expected tensors")
+            j.require(len(o.tensors) == len(exp.tensors), f"returned {len(o.tensors)} tensors; expected "
+                      f"{len(exp.tensors)}", call=call)
+            for index, (got, want) in enumerate(zip(o.tensors, exp.tensors, strict=True)):
+                name = f"result {index + 1}" if len(exp.tensors) > 1 else "output"
+                j.require(tuple(got.shape) == tuple(want.shape), f"{name} has shape {tuple(got.shape)}; expected "
+                          f"{tuple(want.shape)}", hint=j.mistake_hint(call, index, check_shape_only=True), call=call)
+                j.require(got.dtype == want.dtype, f"{name} is {_fmt_dtype(got.dtype)}; expected "
+                          f"{_fmt_dtype(want.dtype)}", call=call)
+                j.close(got, want, name=name, atol=atol, rtol=rtol, call=call, index=index, oracle="reference")
+
+    return judge
+
+
+def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, part: str = "core",
+            dtype: torch.dtype | None = None) -> Case:
+    atol, rtol = ATTN_TOL[dtype] if dtype is not None else (None, None)
+    return Case(exercise, f"hidden case: {title}", calls, error_hints(_reference_judge(atol, rtol)), seed=seed,
+                reference=True, mistakes=MISTAKES[exercise], hidden=True, part=part)
+
+
+# ---------------------------------------------------------------------------------------------
+def _kv_cache(seed: int) -> list[Case]:
+    out = []
+    for i in range(3):
+        s = seed * 1000 + 100 + i
+        g = make_generator(s)
+        b, gh, dh = (int(v) for v in torch.randint(1, 5, (3,), generator=g))
+        dh *= 2
+        dtype = torch.float64 if i != 1 else torch.float32
+        chunks = [int(v) for v in torch.randint(1, 6, (int(torch.randint(2, 5, (1,), generator=g)),), generator=g)]
+        steps = [Step("seq_len", attribute=True)]
+        for t in chunks:
+            k, v = _randn(g, b, gh, t, dh, dtype=dtype), _randn(g, b, gh, t, dh, dtype=dtype)
+            steps += [Step("update", (k, v)), Step("seq_len", attribute=True)]
+        steps += [Step("k", attribute=True), Step("v", attribute=True)]
+        out.append(_hidden("KVCache", f"(B, G, Dh) = ({b}, {gh}, {dh}), chunks {chunks}, {_fmt_dtype(dtype)}",
+                           [Call("KVCache", (), steps=tuple(steps))], s))
+    s = seed * 1000 + 150
+    g = make_generator(s)
+    first = Step("update", (_randn(g, 2, 2, 3, 4), _randn(g, 2, 2, 3, 4)))
+    bad = [(_randn(g, 2, 2, 1, 4), _randn(g, 2, 2, 2, 4)), (_randn(g, 2, 2, 1, 4, dtype=torch.float32),) * 2,
+           (_randn(g, 3, 2, 1, 4), _randn(g, 3, 2, 1, 4))]
+    calls = [Call("KVCache", (), steps=(first, Step("update", args))) for args in bad]
+    out.append(_hidden("KVCache", "chunks that do not fit the cache (k/v shapes, dtype, B) raise ValueError", calls, s))
+    return out
+
+
+def _attention(seed: int) -> list[Case]:
+    out = []
+    configs = [  # (B, D, H, chunks, dtype, theta); one chunk = no cache
+        (2, 32, 4, (9,), torch.float64, 10000.0),
+        (1, 24, 3, (4,), torch.float32, 500.0),
+        (3, 16, 2, (2,), torch.float64, 1e6),
+    ]
+    for i, (b, d, h, chunks, dtype, theta) in enumerate(configs):
+        s = seed * 1000 + 200 + i
+        g = make_generator(s)
+        x = _randn(g, b, chunks[0], d, dtype=dtype)
+        call = Call("CausalSelfAttention", (d, h, theta), state=attention_state(s, d, dtype), forward_args=(x,))
+        out.append(_hidden("CausalSelfAttention", f"no cache, (B, T, D) = ({b}, {chunks[0]}, {d}), H = {h}, "
+                           f"rope_theta = {theta:g}, {_fmt_dtype(dtype)}", [call], s, dtype=dtype))
+    for i, (chunks, dtype) in enumerate((((6, 1, 1, 2), torch.float64), ((3, 4, 1), torch.float32),
+                                         ((1, 1, 1, 1, 3), torch.float64))):
+        s = seed * 1000 + 250 + i
+        g = make_generator(s)
+        b, d, h = 2, 16, (2, 4, 1)[i]
+        x = _randn(g, b, sum(chunks), d, dtype=dtype)
+        cache = Instance("KVCache", key="c")
+        steps = chunked_steps(x, chunks, "cache", cache) + [Step("k", on="c", attribute=True),
+                                                            Step("v", on="c", attribute=True)]
+        call = Call("CausalSelfAttention", (d, h), state=attention_state(s, d, dtype), steps=tuple(steps))
+        out.append(_hidden("CausalSelfAttention", f"a cache, chunks {list(chunks)}, H = {h}, {_fmt_dtype(dtype)}: "
+                           "outputs, then cache.k and cache.v", [call], s, part="cache", dtype=dtype))
+    return out
+
+
+def _block(seed: int) -> list[Case]:
+    out = []
+    configs = [((7,), torch.float64, 10000.0, None), ((3, 1, 2), torch.float64, 300.0, 1e-5),
+               ((5,), torch.float32, 10000.0, 1e-3), ((2, 2, 1), torch.float32, 10000.0, None)]
+    for i, (chunks, dtype, theta, eps) in enumerate(configs):
+        s = seed * 1000 + 300 + i
+        g = make_generator(s)
+        b, d, h, d_ff = 2, 16, 2 * (1 + i % 2), 20 + 4 * i
+        x = _randn(g, b, sum(chunks), d, dtype=dtype)
+        state = block_state(s, d, d_ff, dtype)
+        kwargs = {} if eps is None else {"eps": eps}
+        if len(chunks) == 1:
+            call = Call("DecoderBlock", (d, h, d_ff, theta), kwargs, state=state, forward_args=(x,))
+        else:
+            call = Call("DecoderBlock", (d, h, d_ff, theta), kwargs, state=state,
+                        steps=tuple(chunked_steps(x, chunks, "cache", Instance("KVCache", key="c"))))
+        what = "no cache" if len(chunks) == 1 else f"a cache, chunks {list(chunks)}"
+        out.append(_hidden("DecoderBlock", f"{what}, H = {h}, d_ff = {d_ff}, rope_theta = {theta:g}"
+                           + (f", eps = {eps:g}" if eps else "") + f", {_fmt_dtype(dtype)}", [call], s, dtype=dtype))
+    return out
+
+
+def _lm(seed: int) -> list[Case]:
+    out = []
+    configs = [  # (vocab, D, L, H, d_ff, chunks, dtype, tied, part)
+        (17, 16, 2, 4, 24, (5,), torch.float64, False, "core"),
+        (9, 24, 1, 3, 32, (3,), torch.float32, False, "core"),
+        (15, 16, 3, 2, 24, (3, 1, 2, 1), torch.float64, False, "cache_and_tied"),
+        (11, 16, 2, 2, 16, (4,), torch.float64, True, "cache_and_tied"),
+        (11, 16, 2, 4, 16, (2, 2, 1), torch.float32, True, "cache_and_tied"),
+    ]
+    for i, (vocab, d, layers, h, d_ff, chunks, dtype, tied, part) in enumerate(configs):
+        s = seed * 1000 + 400 + i
+        g = make_generator(s)
+        ids = torch.randint(0, vocab, (2, sum(chunks)), generator=g)
+        state = lm_state(s, vocab, d, layers, d_ff, dtype, tied=tied)
+        args = (vocab, d, layers, h, d_ff)
+        kwargs = {"tie_embeddings": True} if tied else {}
+        if len(chunks) == 1:
+            call = Call("DecoderLM", args, kwargs, state=state, forward_args=(ids,))
+        else:
+            caches = [Instance("KVCache", key=f"c{n}") for n in range(layers)]
+            call = Call("DecoderLM", args, kwargs, state=state,
+                        steps=tuple(chunked_steps(ids, chunks, "caches", caches)))
+        what = "no cache" if len(chunks) == 1 else f"caches, chunks {list(chunks)}"
+        out.append(_hidden("DecoderLM", f"V = {vocab}, D = {d}, L = {layers}, H = {h}, {what}"
+                           + (", tied" if tied else "") + f", {_fmt_dtype(dtype)}", [call], s, part=part, dtype=dtype))
+    return out
+
+
+def _clear_rows(g: torch.Generator, vocab: int, count: int, thresholds: Sequence[float],
+                temperature: float, top_k: int | None) -> torch.Tensor:
+    """Random logits rows without top-k ties and without a cumulative mass within 0.02 of any
+    threshold (after temperature and top-k), redrawn until they are."""
+    rows = []
+    while len(rows) < count:
+        x = torch.randn(vocab, generator=g, dtype=torch.float64) * 1.5
+        s = (x / temperature).sort(descending=True).values
+        if top_k is not None and top_k < vocab:
+            if s[top_k - 1] - s[top_k] < 0.05:
+                continue
+            s = s[:top_k]
+        cum = s.softmax(-1).cumsum(-1)
+        if all(((cum - p).abs() > 0.02).all() for p in thresholds):
+            rows.append(x)
+    return torch.stack(rows)
+
+
+def _sampling(seed: int) -> list[Case]:
+    out = []
+    for i, dtype in enumerate((torch.float32, torch.float64)):
+        s = seed * 1000 + 500 + i
+        g = make_generator(s)
+        logits = _randn(g, 6, 30, scale=3.0, dtype=dtype)
+        options = {} if i == 0 else {"top_k": 4, "top_p": 0.3}
+        out.append(_hidden("sample_next_token", f"temperature 0 on (6, 30) {_fmt_dtype(dtype)} logits"
+                           + (" with top_k and top_p (ignored)" if options else "") + ": the argmax",
+                           [Call("sample_next_token", (logits,), {"temperature": 0.0, **options})], s))
+    configs = [  # (temperature, top_k, top_p, part)
+        (1.3, None, None, "core"),
+        (0.8, 5, None, "filters"),
+        (1.0, None, 0.7, "filters"),
+        (1.5, 6, 0.5, "filters"),
+    ]
+    for i, (temperature, top_k, top_p, part) in enumerate(configs):
+        s = seed * 1000 + 550 + i
+        g = make_generator(s)
+        vocab = int(torch.randint(8, 13, (1,), generator=g))
+        rows = _clear_rows(g, vocab, 2, [top_p] if top_p is not None else [], temperature, top_k)
+        what = ", ".join([f"temperature {temperature:g}"] + ([f"top_k = {top_k}"] if top_k else [])
+                         + ([f"top_p = {top_p:g}"] if top_p else []))
+        out.append(sampling_case(f"hidden case: {what}, V = {vocab}, two random rows", rows, s,
+                                 temperature=temperature, top_k=top_k, top_p=top_p, part=part, hidden=True))
+    return out
+
+
+def _generate(seed: int) -> list[Case]:
+    out = []
+    configs = [(3, 6, 9, True), (2, 1, 7, False), (1, 8, 5, True), (2, 3, 10, False)]  # (B, T, N, use_cache)
+    for i, (b, t, n, use_cache) in enumerate(configs):
+        s = seed * 1000 + 600 + i
+        g = make_generator(s)
+        ids = torch.randint(0, 11, (b, t), generator=g)
+        layers = int(torch.randint(1, 4, (1,), generator=g))
+        call = Call("generate", (probe(num_layers=layers), ids, n), {"use_cache": use_cache})
+        out.append(_hidden("generate", f"greedy, (B, T) = ({b}, {t}), {n} new tokens, a probe model with {layers} "
+                           f"blocks, use_cache={use_cache}", [call], s))
+    for i, use_cache in enumerate((True, False)):
+        s = seed * 1000 + 650 + i
+        out.append(record_case(f"hidden case: how the model is called, use_cache={use_cache}", s, use_cache, b=1,
+                               t=3 + i, n=4 + 2 * i))
+        out[-1].hidden = True
+    return out
+
+
+def _bytes(seed: int) -> list[Case]:
+    g = make_generator(seed * 1000 + 700)
+    calls = []
+    for _ in range(4):
+        args = [int(v) for v in torch.randint(0, 200, (6,), generator=g)]
+        calls.append(Call("kv_cache_bytes", tuple(args[:4]), {"batch_size": args[4], "bytes_per_element":
+                                                              _pick(g, (1, 2, 4))}, steps=(Step("__index__"),)))
+    calls.append(Call("kv_cache_bytes", (80, 8, 128, 32768), steps=(Step("__index__"),)))  # Llama-2-70B, GQA
+    calls.append(Call("kv_cache_bytes", (4, 2, 64, 100, -1), steps=(Step("__index__"),)))
+    return [_hidden("kv_cache_bytes", "random sizes, Llama-2-70B (GQA) at 32K tokens, and batch_size = -1", calls,
+                    seed * 1000 + 700)]
+
+
+def _penalty(seed: int) -> list[Case]:
+    out = []
+    for i, (dtype, penalty) in enumerate(((torch.float64, 1.2), (torch.float32, 2.0), (torch.float64, 0.5))):
+        s = seed * 1000 + 800 + i
+        g = make_generator(s)
+        b, vocab, t = 3, 20, 12
+        logits = _randn(g, b, vocab, scale=2.0, dtype=dtype)
+        ids = torch.randint(0, vocab // 2, (b, t), generator=g)
+        out.append(_hidden("apply_repetition_penalty", f"penalty {penalty:g}, (B, V) = ({b}, {vocab}), ids with "
+                           f"repeats, {_fmt_dtype(dtype)}", [Call("apply_repetition_penalty", (logits, ids, penalty))],
+                           s))
+    return out
+
+
+_HIDDEN = {
+    "KVCache": _kv_cache,
+    "CausalSelfAttention": _attention,
+    "DecoderBlock": _block,
+    "DecoderLM": _lm,
+    "sample_next_token": _sampling,
+    "generate": _generate,
+    "kv_cache_bytes": _bytes,
+    "apply_repetition_penalty": _penalty,
+}
+
+
+def hidden_cases(exercise: str, seed: int) -> list[Case]:
+    return _HIDDEN[exercise](seed)
+
+
+def cases(exercise: str, seed: int) -> list[Case]:
+    """Visible cases first (their feedback is what the learner already saw), then hidden ones."""
+    return visible_cases(exercise) + hidden_cases(exercise, seed)

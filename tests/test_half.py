@@ -25,7 +25,8 @@ from tfcourse.checks._core import HALF_TOLERANCE, judge_case
 EXERCISES = {"01_attention": ("softmax", "scaled_dot_product_attention"),
              "02_multi_head_attention": ("MultiHeadAttention",),
              "03_positional_encodings": ("apply_rope", "apply_rope_interleaved"),
-             "04_normalisation": ("layer_norm", "rms_norm", "RMSNorm")}
+             "04_normalisation": ("layer_norm", "rms_norm", "RMSNorm"),
+             "05_feed_forward": ("gelu", "FeedForward", "SwiGLU")}
 
 # WRONG entries whose bug changes the values: at least one half case must fail them.
 VALUE_BUGS = {
@@ -44,6 +45,10 @@ VALUE_BUGS = {
     "apply_rope": ("minus instead of plus", "sin times x", "cos and sin swapped", "GPT-J pairing on rotate-half tables"),
     "apply_rope_interleaved": ("rotate-half pairs", "positions ignored", "rotates by -theta",
                                "cat tables with rotate_every_two", "exponent i/Dh"),
+    "gelu": ("erf(x) without dividing by sqrt(2)", "quick GELU x * sigmoid(1.702 x)",
+             "tanh form without the cubic term"),
+    "FeedForward": ("ReLU (the 2017 Transformer)", "GELU after the second layer"),
+    "SwiGLU": ("sigmoid gate (GLU)", "SiLU after the product", "gate and up swapped", "GELU gate (GeGLU)"),
 }
 
 

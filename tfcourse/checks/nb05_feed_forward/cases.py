@@ -30,6 +30,7 @@ from .._core import Case, Judge, _fmt_dtype
 from .mistakes import HINTS, MISTAKES
 
 __all__ = ["EXERCISES", "LOAD_HINTS", "MARGIN", "MOE_NAMES", "ROUTE_NAMES", "ROUTER_FLOAT64_TOL", "balance_oracle",
+           "circulant_logits", "ffn_state", "swiglu_state",
            "check_margin", "hidden_dim_call", "judge_hidden_dim", "judge_rows", "moe_call", "moe_inputs",
            "moe_oracle", "router_tolerance", "visible_cases", "with_load_hints"]
 

@@ -76,7 +76,7 @@ def tiny_lm(steps: int = 150, seed: int = 0) -> tuple[nn.Module, tuple[float, ..
     """The reference DecoderLM of TINY_CONFIG trained on CORPUS; returns (model in eval mode,
     the training loss of every step). Trained once per process (cached): do not modify the model.
 
-    Random windows of 64 characters, batches of 32, AdamW (lr 3e-3), a few seconds on one thread.
+    Random windows of 64 characters, batches of 16, AdamW (lr 3e-3), a few seconds on one thread.
     """
     from tfcourse.reference.nb06_kv_cache import DecoderLM
 
@@ -91,7 +91,7 @@ def tiny_lm(steps: int = 150, seed: int = 0) -> tuple[nn.Module, tuple[float, ..
     losses = []
     with single_thread():  # many small ops: one thread is faster (tfcourse/device.py says why)
         for _ in range(steps):
-            start = torch.randint(0, data.numel() - 64, (32,), generator=gen)  # (B,)
+            start = torch.randint(0, data.numel() - 64, (16,), generator=gen)  # (B,)
             batch = torch.stack([data[s:s + 64] for s in start.tolist()])  # (B, T)
             loss = next_token_loss(model, batch)
             optimiser.zero_grad()

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tfcourse.checks._calls import Outcome
+from tfcourse.checks._calls import Call, Instance, Outcome
 from tfcourse.checks._core import Case, judge_case
 from tfcourse.notebook import (
     UnreadableNotebook,
@@ -187,6 +187,36 @@ def _calls_any(source: str, names: set[str]) -> set[str]:
     return {n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}\b", source)}
 
 
+def _instance_targets(value: Any) -> set[str]:
+    """The class names of the ``Instance`` arguments in ``value`` (a Call, or any part of one)."""
+    if isinstance(value, Instance):
+        return {value.target} | _instance_targets(value.args) | _instance_targets(value.kwargs)
+    if isinstance(value, Call):
+        parts = (value.args, value.kwargs, value.forward_args, value.forward_kwargs,
+                 [(st.args, st.kwargs) for st in value.steps])
+        return set().union(*(_instance_targets(p) for p in parts))
+    if isinstance(value, tuple | list):
+        return set().union(set(), *(_instance_targets(v) for v in value))
+    if isinstance(value, dict):
+        return set().union(set(), *(_instance_targets(v) for v in value.values()))
+    return set()
+
+
+def _reached_callees(source: str, callees: tuple[str, ...], sources: dict[str, str],
+                     cases: list[Case]) -> set[str]:
+    """The callees (of the course's call graph) an exercise reaches: those its ``source`` names,
+    those named by the source of a callee it reaches (a chain: a DecoderLM builds DecoderBlocks,
+    which build CausalSelfAttention; ``sources`` gives each callee's source), and those its
+    ``cases`` build themselves (an ``Instance`` of the learner's class, e.g. a KVCache)."""
+    reached = {c for c in callees if any(c in _instance_targets(call) for case in cases for call in case.calls)}
+    frontier = [source]
+    while frontier:
+        for c in _calls_any(frontier.pop(), set(callees) - reached):
+            reached.add(c)
+            frontier.append(sources.get(c, ""))
+    return reached
+
+
 def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limits, seed: int) -> dict:
     """Grade one notebook file of a submission (None: it is missing); the report's notebook dict."""
     names = [e.name for e in nb.exercises]
@@ -305,8 +335,10 @@ def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, dict], to_run: dict[
         verdict = verdicts[name]
         if verdict["score"] >= verdict["max_score"] or verdict["status"] not in ("failed", "error", "timeout"):
             continue
-        callees = [c for c in calls.get(name, ()) if c in lost]
-        callees = [c for c in callees if _calls_any(to_run[name] + "\n" + extra_source, {c})]
+        graph = calls.get(name, ())
+        sources = {c: to_run.get(c) or nb.solution(c) for c in graph}
+        reached = _reached_callees(to_run[name] + "\n" + extra_source, graph, sources, cases[name])
+        callees = [c for c in graph if c in lost and c in reached]
         if not callees:
             continue
         run = run_notebook(nb.name, nb.setup, all_cells, {name: cases[name]}, device=device, limits=limits,

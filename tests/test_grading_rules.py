@@ -53,6 +53,30 @@ def test_exercises_worth_three_points_or_more_are_split():
                 assert len(ex.parts) >= 2 and CORE_PART in dict(ex.parts), (nb.name, ex.name, ex.parts)
 
 
+def test_stand_ins_follow_chains_and_the_instances_the_cases_build():
+    """A callee stands in when the caller names it, when a callee it reaches names it (notebook
+    06: DecoderLM -> DecoderBlock -> CausalSelfAttention, a learner's DecoderLM never names the
+    attention), or when the caller's own cases build it (``Instance("KVCache")``: the modules
+    take a cache but never write its class name)."""
+    from grader.grading import _reached_callees
+    from tfcourse.checks._calls import Call, Instance, Step
+    from tfcourse.checks._core import Case
+
+    lm = "class DecoderLM(nn.Module):\n    def __init__(self):\n        self.blocks = [DecoderBlock() for _ in range(2)]\n"
+    sources = {"DecoderBlock": "class DecoderBlock:\n    def __init__(self):\n        self.attn = CausalSelfAttention()\n",
+               "CausalSelfAttention": "class CausalSelfAttention:\n    pass\n", "KVCache": "class KVCache:\n    pass\n"}
+    graph = ("DecoderBlock", "CausalSelfAttention", "KVCache")
+
+    def case(*calls: Call) -> list[Case]:
+        return [Case("DecoderLM", "t", list(calls), lambda j: None)]
+
+    plain = case(Call("DecoderLM", ()))
+    cached = case(Call("DecoderLM", (), steps=(Step("__call__", (), {"caches": [Instance("KVCache", key="c")]}),)))
+    assert _reached_callees(lm, graph, sources, plain) == {"DecoderBlock", "CausalSelfAttention"}
+    assert _reached_callees(lm, graph, sources, cached) == set(graph)
+    assert _reached_callees("class DecoderLM:\n    pass\n", graph, sources, plain) == set()
+
+
 # ---------------------------------------------------------------------------------------------
 # submissions: the solutions notebook with some cells replaced or added
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,237 @@
+"""Grading cases for notebook 07 (MQA, GQA and MLA).
+
+The visible cases come from ``tfcourse.checks.nb07_gqa_mla``; the hidden ones below are drawn from
+the grader's seed and compared with the reference solution run on the same calls: ``repeat_kv``
+on random shapes (and in float16/bfloat16), the modules with and without caches (every step's
+output, then what the cache holds), the absorbed MLA path with ``kv_b_proj``'s rows counted, the
+``LatentCache`` contents and errors, byte counts of random configurations, ``mha_to_gqa`` on a
+random MHA.
+
+Tolerances: float64 modules at float32 level (atol 1e-5, rtol 1e-5; the setup's RoPE tables are
+float32, and float64/complex angles are correct too), float32 modules atol/rtol 1e-4; copies and
+byte counts exactly; half precision within ``HALF_TOLERANCE`` of the reference in float64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from tfcourse.checks._calls import Call, Instance, Step
+from tfcourse.checks._core import Case, Judge, _fmt_dtype
+from tfcourse.checks.nb07_gqa_mla import EXERCISES, MISTAKES, visible_cases
+from tfcourse.checks.nb07_gqa_mla.cases import (
+    ATTN_TOL,
+    LOADER,
+    chunked_steps,
+    gqa_state,
+    mla_state,
+    with_errors,
+)
+from tfcourse.device import make_generator
+
+from .half import HALF_DTYPES, half_case
+
+__all__ = ["EXERCISES", "cases", "hidden_cases"]
+
+NOTEBOOK = "07_gqa_mla"
+
+
+def _randn(g: torch.Generator, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+def _int(g: torch.Generator, low: int, high: int) -> int:
+    return int(torch.randint(low, high, (1,), generator=g))
+
+
+def _reference_judge(atol: float | None = None, rtol: float | None = None) -> Callable[[Judge], None]:
+    """Every tensor each call returned (steps flattened) matches the reference's: same count,
+    shape, dtype and values; where the reference raised, the same exception type."""
+
+    def judge(j: Judge) -> None:
+        for call in range(len(j.case.calls)):
+            exp, o = j.expected[call], j.outcomes[call]
+            if exp.kind == "error":
+                j.require(o.kind == "error" and o.error_type == exp.error_type,
+                          f"expected {exp.error_type} ({exp.error_message.splitlines()[0][:80]}), but "
+                          f"{'it raised ' + o.error_type if o.kind == 'error' else 'nothing was raised'}", call=call)
+                continue
+            if o.kind == "error":
+                j.values(call)  # raises: reported as the answer's error
+            if o.kind == "bad_type":
+                j.fail(f"returned {o.type_name}; expected tensors")
+            j.require(len(o.tensors) == len(exp.tensors), f"returned {len(o.tensors)} tensors; expected "
+                      f"{len(exp.tensors)}", call=call)
+            for index, (got, want) in enumerate(zip(o.tensors, exp.tensors, strict=True)):
+                name = f"result {index + 1}" if len(exp.tensors) > 1 else "output"
+                j.require(tuple(got.shape) == tuple(want.shape), f"{name} has shape {tuple(got.shape)}; expected "
+                          f"{tuple(want.shape)}", hint=j.mistake_hint(call, index, check_shape_only=True), call=call)
+                j.require(got.dtype == want.dtype, f"{name} is {_fmt_dtype(got.dtype)}; expected "
+                          f"{_fmt_dtype(want.dtype)}", call=call)
+                j.close(got, want, name=name, atol=atol, rtol=rtol, call=call, index=index, oracle="reference")
+
+    return judge
+
+
+def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, part: str = "core",
+            dtype: torch.dtype | None = None) -> Case:
+    atol, rtol = ATTN_TOL[dtype] if dtype is not None else (0.0, 0.0)
+    return Case(exercise, f"hidden case: {title}", calls, with_errors(_reference_judge(atol, rtol)), seed=seed,
+                reference=True, mistakes=MISTAKES[exercise], hidden=True, part=part)
+
+
+# ---------------------------------------------------------------------------------------------
+def _repeat_kv(seed: int) -> list[Case]:
+    out = []
+    for i, dtype in enumerate((torch.float64, torch.float32, torch.float64)):
+        s = seed * 1000 + 100 + i
+        g = make_generator(s)
+        b, kv, t, dh, r = _int(g, 1, 4), _int(g, 1, 5), _int(g, 1, 9), 2 * _int(g, 1, 5), (_int(g, 2, 6), 1, 3)[i]
+        x = _randn(g, b, kv, t, dh, dtype=dtype)
+        out.append(_hidden("repeat_kv", f"(B, G, S, Dh) = ({b}, {kv}, {t}, {dh}), n_rep = {r}, {_fmt_dtype(dtype)}",
+                           [Call("repeat_kv", (x, r))], s))
+    for i, dtype in enumerate(HALF_DTYPES):
+        s = seed * 1000 + 150 + i
+        g = make_generator(s)
+        x = _randn(g, 2, 3, 5, 8, dtype=torch.float32).to(dtype)
+        out.append(half_case(NOTEBOOK, "repeat_kv", "half precision, (B, G, S, Dh) = (2, 3, 5, 8), n_rep = 2",
+                             Call("repeat_kv", (x, 2)), dtype, s, mistakes=MISTAKES["repeat_kv"]))
+    return out
+
+
+def _gqa(seed: int) -> list[Case]:
+    out = []
+    configs = [  # (B, D, H, G, head_dim, chunks, dtype, theta)
+        (2, 32, 8, 2, None, (9,), torch.float64, 10000.0),
+        (1, 24, 6, 3, 8, (4,), torch.float32, 500.0),
+        (2, 16, 4, 1, None, (6, 1, 1, 2), torch.float64, 10000.0),
+        (1, 16, 2, 2, 6, (3, 2), torch.float32, 1e6),
+    ]
+    for i, (b, d, h, kv, head_dim, chunks, dtype, theta) in enumerate(configs):
+        s = seed * 1000 + 200 + i
+        g = make_generator(s)
+        dh = head_dim or d // h
+        x = _randn(g, b, sum(chunks), d, dtype=dtype)
+        state = gqa_state(s, d, h, kv, dh, dtype)
+        args = (d, h, kv) if head_dim is None else (d, h, kv, head_dim)
+        if len(chunks) == 1:
+            steps = (Step("__call__", (x,)),)
+        else:
+            steps = tuple(chunked_steps(x, chunks, cache=Instance("KVCache", key="c"))) + (
+                Step("k", on="c", attribute=True), Step("v", on="c", attribute=True))
+        what = "no cache" if len(chunks) == 1 else f"a KVCache, chunks {list(chunks)}, then cache.k and cache.v"
+        out.append(_hidden("GroupedQueryAttention", f"{what}, D = {d}, H = {h}, G = {kv}, Dh = {dh}, rope_theta = "
+                           f"{theta:g}, {_fmt_dtype(dtype)}",
+                           [Call("GroupedQueryAttention", args, {"rope_theta": theta}, state=state, steps=steps)], s,
+                           part="core" if len(chunks) == 1 else "cache", dtype=dtype))
+    return out
+
+
+def _latent_cache(seed: int) -> list[Case]:
+    out = []
+    for i, dtype in enumerate((torch.float64, torch.float32)):
+        s = seed * 1000 + 300 + i
+        g = make_generator(s)
+        b, dc, dr = _int(g, 1, 4), _int(g, 2, 12), 2 * _int(g, 1, 4)
+        chunks = [_int(g, 1, 6) for _ in range(_int(g, 2, 5))]
+        steps = [Step("seq_len", attribute=True)]
+        for t in chunks:
+            steps += [Step("update", (_randn(g, b, t, dc, dtype=dtype), _randn(g, b, t, dr, dtype=dtype))),
+                      Step("seq_len", attribute=True)]
+        steps += [Step("c_kv", attribute=True), Step("k_rope", attribute=True)]
+        out.append(_hidden("LatentCache", f"(B, Dc, dr) = ({b}, {dc}, {dr}), chunks {chunks}, {_fmt_dtype(dtype)}",
+                           [Call("LatentCache", (), steps=tuple(steps))], s))
+    s = seed * 1000 + 350
+    g = make_generator(s)
+    first = Step("update", (_randn(g, 2, 3, 6), _randn(g, 2, 3, 2)))
+    bad = [(_randn(g, 2, 1, 6), _randn(g, 2, 2, 2)), (_randn(g, 3, 1, 6), _randn(g, 3, 1, 2)),
+           (_randn(g, 2, 1, 6, dtype=torch.float32), _randn(g, 2, 1, 2, dtype=torch.float32)),
+           (_randn(g, 2, 1, 7), _randn(g, 2, 1, 2))]
+    calls = [Call("LatentCache", (), steps=(first, Step("update", args))) for args in bad]
+    out.append(_hidden("LatentCache", "chunks that do not fit (T differs, B, dtype, width) raise ValueError", calls, s))
+    return out
+
+
+def _mla(seed: int) -> list[Case]:
+    out = []
+    configs = [  # (B, D, H, Dc, dn, dr, dv, dq, chunks, dtype, absorb, part)
+        (2, 32, 4, 12, 8, 4, 6, None, (7,), torch.float64, False, "core"),
+        (1, 24, 3, 10, 6, 6, 8, 12, (5,), torch.float32, False, "core"),
+        (2, 16, 2, 8, 4, 4, 4, 8, (3, 1, 2, 1), torch.float64, False, "cache"),
+        (2, 16, 4, 6, 6, 2, 4, None, (4, 1, 1), torch.float64, True, "absorb"),
+        (1, 16, 2, 8, 4, 4, 6, 6, (5,), torch.float32, True, "absorb"),
+    ]
+    for i, (b, d, h, dc, dn, dr, dv, dq, chunks, dtype, absorb, part) in enumerate(configs):
+        s = seed * 1000 + 400 + i
+        g = make_generator(s)
+        x = _randn(g, b, sum(chunks), d, dtype=dtype)
+        state = mla_state(s, d, h, dc, dn, dr, dv, dq, dtype)
+        kwargs = {} if dq is None else {"q_lora_rank": dq}
+        fwd = {"absorb": True} if absorb else {}
+        if len(chunks) == 1:
+            steps = (Step("__call__", (x,), fwd),)
+        else:
+            steps = tuple(chunked_steps(x, chunks, cache=Instance("LatentCache", key="c"), **fwd)) + (
+                Step("c_kv", on="c", attribute=True), Step("k_rope", on="c", attribute=True))
+        what = "no cache" if len(chunks) == 1 else f"a LatentCache, chunks {list(chunks)}, then its c_kv and k_rope"
+        out.append(_hidden("MultiHeadLatentAttention", f"{what}, D = {d}, H = {h}, Dc = {dc}, dn = {dn}, dr = {dr}, "
+                           f"dv = {dv}, q_lora_rank = {dq}" + (", absorb=True (kv_b_proj's rows counted)" if absorb
+                                                               else "") + f", {_fmt_dtype(dtype)}",
+                           [Call("MultiHeadLatentAttention", (d, h, dc, dn, dr, dv), kwargs, state=state, steps=steps,
+                                 count_rows_of="kv_b_proj" if absorb else "")], s, part=part, dtype=dtype))
+    return out
+
+
+def _bytes(seed: int) -> list[Case]:
+    g = make_generator(seed * 1000 + 500)
+    calls = []
+    for kind in ("mha", "mqa", "gqa", "mla", "gqa", "mla"):
+        layers, heads, dh = _int(g, 1, 100), _int(g, 1, 64), _int(g, 1, 256)
+        kwargs = {"bytes_per_element": (1, 2, 4)[_int(g, 0, 3)]}
+        if kind == "gqa":
+            kwargs["num_kv_heads"] = _int(g, 1, heads + 1)
+        if kind == "mla":
+            kwargs.update(kv_lora_rank=_int(g, 16, 1024), qk_rope_head_dim=_int(g, 8, 128))
+        calls.append(Call("attention_cache_bytes_per_token", (kind, layers, heads, dh), kwargs,
+                          steps=(Step("__index__"),)))
+    calls.append(Call("attention_cache_bytes_per_token", ("gqa", 80, 64, 128), {"num_kv_heads": 8},
+                      steps=(Step("__index__"),)))  # Llama-2-70B
+    calls.append(Call("attention_cache_bytes_per_token", ("MHA", 2, 4, 8), steps=(Step("__index__"),)))
+    return [_hidden("attention_cache_bytes_per_token", "random mha/mqa/gqa/mla sizes, Llama-2-70B (gqa), and kind "
+                    "'MHA' (unknown: ValueError)", calls, seed * 1000 + 500)]
+
+
+def _mha_to_gqa(seed: int) -> list[Case]:
+    s = seed * 1000 + 600
+    g = make_generator(s)
+    b, t, h, kv = 2, _int(g, 2, 7), 6, (1, 2, 3)[_int(g, 0, 3)]
+    d = 24
+    x = _randn(g, b, t, d)
+    state = gqa_state(s, d, h, h, d // h, torch.float64)
+    mha = Instance(LOADER, (Instance("GroupedQueryAttention", (d, h, h)), *(state[f"{n}_proj.weight"]
+                                                                            for n in "qkvo")), key="m")
+    call = Call("mha_to_gqa", (mha, kv), steps=(Step("__call__", (x,)), Step("num_kv_heads", attribute=True),
+                                                Step("__call__", (x,), on="m")))
+    return [_hidden("mha_to_gqa", f"H = {h} -> G = {kv}, (B, T, D) = ({b}, {t}, {d}): the new module's output, its "
+                    "num_kv_heads, the input's output", [call], s, dtype=torch.float64)]
+
+
+_HIDDEN = {
+    "repeat_kv": _repeat_kv,
+    "GroupedQueryAttention": _gqa,
+    "LatentCache": _latent_cache,
+    "MultiHeadLatentAttention": _mla,
+    "attention_cache_bytes_per_token": _bytes,
+    "mha_to_gqa": _mha_to_gqa,
+}
+
+
+def hidden_cases(exercise: str, seed: int) -> list[Case]:
+    return _HIDDEN[exercise](seed)
+
+
+def cases(exercise: str, seed: int) -> list[Case]:
+    """Visible cases first (their feedback is what the learner already saw), then hidden ones."""
+    return visible_cases(exercise) + hidden_cases(exercise, seed)

@@ -421,6 +421,27 @@ WRONG: dict[str, list[Entry]] = {
                         y.index_add_(0, tok, out * weights[tok, slot, None])
                     return y.reshape(x.shape), router_logits
             ''', hint="call each expert module itself"),
+        _e("experts in a plain Python list", '''
+            class MoE(nn.Module):
+                def __init__(self, d_model, d_ff, num_experts, top_k):
+                    super().__init__()
+                    if not 1 <= top_k <= num_experts:
+                        raise ValueError("top_k")
+                    self.num_experts, self.top_k = num_experts, top_k
+                    self.gate = nn.Linear(d_model, num_experts, bias=False)
+                    self.experts = [SwiGLU(d_model, d_ff) for _ in range(num_experts)]
+
+                def forward(self, x):
+                    h = x.reshape(-1, x.size(-1))
+                    router_logits = self.gate(h)
+                    weights, idx = torch.softmax(router_logits, dim=-1).topk(self.top_k, dim=-1)
+                    weights = weights / weights.sum(dim=-1, keepdim=True)
+                    y = torch.zeros_like(h)
+                    for e in range(self.num_experts):
+                        tok, slot = torch.where(idx == e)
+                        y.index_add_(0, tok, self.experts[e](h[tok]) * weights[tok, slot, None])
+                    return y.reshape(x.shape), router_logits
+            ''', hint="a plain list registers no parameters"),
         _e("no check of top_k", '''
             class MoE(nn.Module):
                 def __init__(self, d_model, d_ff, num_experts, top_k):

@@ -103,9 +103,9 @@ LOAD_HINTS = {
                 "nn.Linear(d_ff, d_model, bias=False)",
     },
     "MoE": {
-        "names": "name the router gate (nn.Linear(d_model, num_experts, bias=False)) and the experts experts "
-                 "(an nn.ModuleList of num_experts SwiGLU): the grader loads gate.weight, "
-                 "experts.0.gate_proj.weight, ...",
+        "names": "the router is `gate` (nn.Linear(d_model, num_experts, bias=False)) and the experts are "
+                 "`experts`, an nn.ModuleList of num_experts SwiGLU (a plain list registers no parameters): the "
+                 "grader loads gate.weight, experts.0.gate_proj.weight, ...",
         "bias": "the router has no bias: gate = nn.Linear(d_model, num_experts, bias=False)",
         "size": "gate is nn.Linear(d_model, num_experts) (weight (E, D)); each expert is SwiGLU(d_model, d_ff)",
     },

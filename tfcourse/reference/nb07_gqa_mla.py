@@ -217,15 +217,17 @@ class MultiHeadLatentAttention(nn.Module):
         else:
             w = self.kv_b_proj.weight.view(h, dn + dv, self.kv_lora_rank)  # (H, dn + dv, Dc)
             w_uk, w_uv = w[:, :dn], w[:, dn:]  # (H, dn, Dc), (H, dv, Dc)
-            q_latent = q_nope @ w_uk  # (B, H, T, Dc): the key up-projection folded into q
-            scores = (q_latent @ c_kv[:, None].transpose(-2, -1)
-                      + q_rope @ k_rope[:, None].transpose(-2, -1)) * scale  # (B, H, T, S)
+            q_latent = (q_nope @ w_uk).reshape(b, h * t, -1)  # (B, H T, Dc): W_uk folded into q
+            scores = (q_latent @ c_kv.transpose(1, 2)  # (B, H T, S): every head reads one latent
+                      + q_rope.reshape(b, h * t, dr) @ k_rope.transpose(1, 2))  # and one shared key
+            scores = scores.view(b, h, t, s) * scale  # (B, H, T, S)
         scores = scores.masked_fill(~mask, float("-inf"))  # (B, H, T, S)
         weights = scores.softmax(dim=-1)  # (B, H, T, S)
         if not absorb:
             out = weights @ v  # (B, H, T, dv)
         else:
-            out = (weights @ c_kv[:, None]) @ w_uv.transpose(-2, -1)  # (B, H, T, Dc) -> (B, H, T, dv)
+            out = (weights.reshape(b, h * t, s) @ c_kv).view(b, h, t, -1)  # (B, H, T, Dc)
+            out = out @ w_uv.transpose(-2, -1)  # (B, H, T, dv): W_uv applied after the attention
         out = out.transpose(1, 2).reshape(b, t, h * dv)  # (B, T, H dv)
         return self.o_proj(out)  # (B, T, D)
 

@@ -280,13 +280,14 @@ LatentCache = _latent_cache_class()
 # MultiHeadLatentAttention
 # ---------------------------------------------------------------------------------------------
 def _rope_interleaved(x, positions, theta):
-    """Rotate pairs (2i, 2i+1) in place (DeepSeek's official code), x (B, H, T, dr)."""
+    """Rotate pairs (2i, 2i+1) in place as DeepSeek's official code does (complex numbers in
+    float32, precompute_freqs_cis), x (..., T, dr)."""
     dr = x.size(-1)
-    inv = 1.0 / (theta ** (torch.arange(0, dr, 2, dtype=torch.float32, device=x.device) / dr))
-    ang = positions.to(torch.float32)[:, None] * inv  # (T, dr/2)
-    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+    freqs = 1.0 / (theta ** (torch.arange(0, dr, 2, device=x.device).float() / dr))
+    angles = torch.outer(positions.float(), freqs)  # (T, dr/2)
+    rot = torch.polar(torch.ones_like(angles), angles)
+    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2).contiguous())
+    return torch.view_as_real(xc * rot).flatten(-2).to(x.dtype)
 
 
 def _mla_class(*, scale: str = "both", rope_nope: bool = False, per_head_rope: bool = False,
@@ -345,7 +346,7 @@ def _mla_class(*, scale: str = "both", rope_nope: bool = False, per_head_rope: b
             if per_head_rope:
                 k_rope = self._rope(k_rope.view(b, t, h, dr).transpose(1, 2), positions)  # (B, H, T, dr)
                 k_rope = k_rope.transpose(1, 2).reshape(b, t, h * dr)
-            elif cache_mode != "pre_rope":
+            elif cache_mode != "pre_rope" and not rope_nope:
                 k_rope = self._rope(k_rope[:, None], positions)[:, 0]  # (B, T, dr)
             if cache is not None and cache_mode in ("latent", "pre_rope"):
                 c_kv, k_rope = cache.update(c_kv, k_rope)
@@ -357,17 +358,12 @@ def _mla_class(*, scale: str = "both", rope_nope: bool = False, per_head_rope: b
                 k_rope_h = k_rope.view(b, s, h, dr).transpose(1, 2)  # (B, H, S, dr)
             else:
                 k_rope_h = k_rope[:, None].expand(b, h, s, dr)  # (B, H, S, dr)
-            if absorb and absorb_mode != "naive":
+            if absorb and absorb_mode != "naive" and not rope_nope:
                 w = self.kv_b_proj.weight
                 w = w.T.reshape(h, dn + dv, dc) if absorb_mode == "transposed" else w.view(h, dn + dv, dc)
                 w_uk, w_uv = w[:, :dn], w[:, dn:]  # (H, dn, Dc), (H, dv, Dc)
                 lat = c_kv[:, None]  # (B, 1, S, Dc)
-                if rope_nope:
-                    # the rotated nope part cannot be absorbed: rotate the up-projected keys instead
-                    k_nope = self._rope((lat @ w_uk.transpose(-1, -2)), torch.arange(s, device=x.device))
-                    scores = q_nope @ k_nope.transpose(-1, -2) + q_rope @ k_rope_h.transpose(-1, -2)
-                else:
-                    scores = (q_nope @ w_uk) @ lat.transpose(-1, -2) + q_rope @ k_rope_h.transpose(-1, -2)
+                scores = (q_nope @ w_uk) @ lat.transpose(-1, -2) + q_rope @ k_rope_h.transpose(-1, -2)
                 scores = scores * scale_by
                 mask = causal_mask(t, s, device=x.device)
                 scores = scores.masked_fill(~mask, float("-inf"))
@@ -408,7 +404,7 @@ def _bytes_fn(*, two: bool = True, mla: str = "ok", gqa_h: bool = False, as_floa
         if kind == "mha":
             n = f * num_layers * num_heads * head_dim * bytes_per_element
         elif kind == "mqa":
-            n = f * num_layers * (num_heads if gqa_h else 1) * head_dim * bytes_per_element
+            n = f * num_layers * head_dim * bytes_per_element
         elif kind == "gqa":
             if num_kv_heads is None and errors:
                 raise ValueError("gqa needs num_kv_heads")
@@ -514,7 +510,7 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("no factor 2", HINTS["bytes_two"], _bytes_fn(two=False)),
         Mistake("mla per head", HINTS["mla_heads"], _bytes_fn(mla="heads")),
         Mistake("mla times 2", HINTS["mla_two"], _bytes_fn(mla="two")),
-        Mistake("gqa/mqa with H heads", HINTS["gqa_heads"], _bytes_fn(gqa_h=True)),
+        Mistake("gqa with H heads", HINTS["gqa_heads"], _bytes_fn(gqa_h=True)),
         Mistake("float", HINTS["bytes_int"], _bytes_fn(as_float=True)),
         Mistake("no ValueError", HINTS["bytes_errors"], _bytes_fn(errors=False)),
     ),

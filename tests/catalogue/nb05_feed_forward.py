@@ -483,6 +483,15 @@ WRONG: dict[str, list[Entry]] = {
                 overall_loss = torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0))
                 return overall_loss * num_experts
             ''', hint="Hugging Face's load_balancing_loss_func divides by N"),
+        _e("HF's float32 computation, not cast back", '''
+            def load_balancing_loss(router_logits, top_k):
+                num_experts = router_logits.shape[-1]
+                routing_weights = torch.nn.functional.softmax(router_logits, dim=-1, dtype=torch.float)
+                _, selected_experts = torch.topk(routing_weights, top_k, dim=-1)
+                counts = torch.bincount(selected_experts.reshape(-1), minlength=num_experts).float()
+                tokens_per_expert = counts / selected_experts.numel()
+                return num_experts * torch.sum(tokens_per_expert * routing_weights.mean(dim=0))
+            ''', hint="a float32 softmax is fine, a float32 result is not"),
         _e("f from the probabilities", '''
             def load_balancing_loss(router_logits, top_k):
                 E = router_logits.shape[-1]

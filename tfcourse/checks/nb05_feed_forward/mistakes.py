@@ -43,6 +43,8 @@ HINTS = {
     "float64_down": "upcast half precision only: .float() turns float64 input into float32; keep float64 as "
                     "it is (h = x.to(torch.promote_types(x.dtype, torch.float32)))",
     "float32_out": "you computed in float32: cast the result back with .to(x.dtype) before returning",
+    "cast_back": "a float32 softmax is fine, a float32 result is not: cast it back to the dtype of {what} "
+                 "(.to({what}.dtype)) before returning",
     "approximate_error": 'raise ValueError when approximate is neither "none" nor "tanh" (an unknown value '
                          "must not silently pick a form)",
     # FeedForward

@@ -317,12 +317,6 @@ def _width_fixed_multiple(d_model, multiple_of=256, ffn_dim_multiplier=None):
     return _width(d_model, multiple_of, ffn_dim_multiplier, rounding="fixed")
 
 
-def _width_no_validation(d_model, multiple_of=256, ffn_dim_multiplier=None):
-    if d_model <= 0 or multiple_of <= 0:  # what the answer would do: anything but raise ValueError
-        return 0
-    return _width(d_model, multiple_of, ffn_dim_multiplier, validate=False)
-
-
 # ---------------------------------------------------------------------------------------------
 # MoE(d_model, d_ff, num_experts, top_k)
 # ---------------------------------------------------------------------------------------------

@@ -209,7 +209,7 @@ def _reached_callees(source: str, callees: tuple[str, ...], sources: dict[str, s
     which build CausalSelfAttention; ``sources`` gives each callee's source), and those its
     ``cases`` build themselves (an ``Instance`` of the learner's class, e.g. a KVCache)."""
     reached = {c for c in callees if any(c in _instance_targets(call) for case in cases for call in case.calls)}
-    frontier = [source]
+    frontier = [source] + [sources.get(c, "") for c in reached]  # what a built instance calls, too
     while frontier:
         for c in _calls_any(frontier.pop(), set(callees) - reached):
             reached.add(c)
@@ -333,8 +333,8 @@ def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, dict], to_run: dict[
     extra_source = "\n".join(s for g, s in all_cells.items() if g.startswith("added-"))
     for name in to_run:
         verdict = verdicts[name]
-        if verdict["score"] >= verdict["max_score"] or verdict["status"] not in ("failed", "error", "timeout"):
-            continue
+        if (0 < verdict["max_score"] <= verdict["score"]) or verdict["status"] not in ("failed", "error", "timeout"):
+            continue  # a 0-point challenge that failed is graded again too (its status is what counts)
         graph = calls.get(name, ())
         sources = {c: to_run.get(c) or nb.solution(c) for c in graph}
         reached = _reached_callees(to_run[name] + "\n" + extra_source, graph, sources, cases[name])
@@ -345,7 +345,7 @@ def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, dict], to_run: dict[
                            seed=seed, stand_ins={c: nb.solution(c) for c in callees}, then=then)
         ex = next(e for e in nb.exercises if e.name == name)
         again = _judge_run(nb, ex, run.exercises[name], cases[name], device, limits, [])
-        if again["score"] <= verdict["score"]:
+        if again["score"] <= verdict["score"] and again["status"] != "passed":
             continue
         used = ", ".join(f"`{c}`" for c in callees)
         why = "which is not attempted yet" if all(verdicts[c]["status"] == "not_attempted" for c in callees) \

@@ -622,6 +622,10 @@ def attention_cache_bytes_per_token(kind, num_layers, num_heads, head_dim, num_k
 # ---------------------------------------------------------------------------------------------
 _TO_GQA = '''
 def mha_to_gqa(mha, num_kv_heads):
+    if mha.num_kv_heads != mha.num_heads:
+        raise ValueError("mha must have as many KV heads as query heads")
+    if mha.num_heads % num_kv_heads != 0:
+        raise ValueError("num_heads must be a multiple of num_kv_heads")
     H, Dh = mha.num_heads, mha.head_dim
     D = mha.q_proj.in_features
     R = H // num_kv_heads
@@ -643,6 +647,8 @@ TO_GQA_WRONG = [
                                   ("w.mean(dim=1)", "w.mean(dim=0)")), "group consecutive heads"),
     _e("modifies the input module", '''
 def mha_to_gqa(mha, num_kv_heads):
+    if mha.num_kv_heads != mha.num_heads or mha.num_heads % num_kv_heads:
+        raise ValueError("expected MHA and H divisible by num_kv_heads")
     H, Dh = mha.num_heads, mha.head_dim
     D = mha.q_proj.in_features
     R = H // num_kv_heads
@@ -658,10 +664,19 @@ def mha_to_gqa(mha, num_kv_heads):
 ''', "leave the input module unchanged"),
 ]
 
+TO_GQA_WRONG.append(_e("no ValueError", _variant(_TO_GQA, ('''
+    if mha.num_kv_heads != mha.num_heads:
+        raise ValueError("mha must have as many KV heads as query heads")
+    if mha.num_heads % num_kv_heads != 0:
+        raise ValueError("num_heads must be a multiple of num_kv_heads")
+''', "")), "raise ValueError when mha.num_kv_heads != mha.num_heads"))
+
 TO_GQA_CORRECT = [
     _e("a new GroupedQueryAttention, weights copied", _TO_GQA),
     _e("deepcopy, then a loop over the groups", '''
 def mha_to_gqa(mha, num_kv_heads):
+    if mha.num_kv_heads != mha.num_heads or mha.num_heads % num_kv_heads != 0:
+        raise ValueError("mha must be MHA and num_heads a multiple of num_kv_heads")
     gqa = copy.deepcopy(mha)
     R = mha.num_heads // num_kv_heads
     Dh = mha.head_dim

@@ -318,9 +318,10 @@ def _gqa_cases() -> list[Case]:
         _gqa_case("G = 1 (MQA), H = 4, rope_theta = 500, float32", 7121, 2, 16, 4, 1, f32, (4,), theta=500.0),
         _gqa_case("head_dim = 6 given (H·Dh = 24 != D = 16), H = 4, G = 2", 7131, 1, 16, 4, 2, f64, (5,),
                   head_dim=6),
-        _errors_case("GroupedQueryAttention", "ValueError when num_heads is not a multiple of num_kv_heads",
-                     [Call("GroupedQueryAttention", (24, 4, 3))], ["GroupedQueryAttention(24, 4, 3)"],
-                     HINTS["gqa_errors"]),
+        _errors_case("GroupedQueryAttention", "ValueError when num_heads is not a multiple of num_kv_heads, or when "
+                     "head_dim is None and d_model is not a multiple of num_heads",
+                     [Call("GroupedQueryAttention", (24, 4, 3)), Call("GroupedQueryAttention", (10, 4, 2))],
+                     ["GroupedQueryAttention(24, 4, 3)", "GroupedQueryAttention(10, 4, 2)"], HINTS["gqa_errors"]),
         _gqa_case("a KVCache: a prefill of 5, then 1, 1 and a chunk of 2 tokens, H = 4, G = 2 (float64): outputs == "
                   "the no-cache rows; cache.k holds the G rotated KV heads (B, G, S, Dh)", 7141, 2, 16, 4, 2, f64,
                   (5, 1, 1, 2)),
@@ -558,12 +559,28 @@ def _to_gqa_case(title: str, seed: int, b: int, t: int, d: int, h: int, g: int) 
     return _case("mha_to_gqa", title, [call], judge, seed=seed)
 
 
+def _to_gqa_errors(seed: int) -> Case:
+    d, h = 16, 4
+    mha = gqa_state(seed, d, h, h, d // h, torch.float64)
+    gqa = gqa_state(seed + 10, d, h, 2, d // h, torch.float64)
+
+    def built(state: dict[str, torch.Tensor], g: int) -> Instance:
+        return Instance(LOADER, (Instance("GroupedQueryAttention", (d, h, g)),
+                                 *(state[f"{n}_proj.weight"] for n in "qkvo")))
+
+    calls = [Call("mha_to_gqa", (built(gqa, 2), 1)), Call("mha_to_gqa", (built(mha, h), 3))]
+    return _errors_case("mha_to_gqa", "ValueError when the input is not MHA (G != H) or when H is not a multiple of "
+                        "num_kv_heads", calls, ["an input with H = 4, G = 2", "H = 4 to num_kv_heads = 3"],
+                        HINTS["pool_errors"])
+
+
 def _to_gqa_cases() -> list[Case]:
     return [
         _to_gqa_case("H = 4 -> G = 2, (B, T, D) = (2, 5, 16), float64: KV heads (0, 1) and (2, 3) mean-pooled, "
                      "q_proj and o_proj copied; the input module unchanged", 7501, 2, 5, 16, 4, 2),
         _to_gqa_case("H = 6 -> G = 2 (R = 3)", 7511, 1, 4, 24, 6, 2),
         _to_gqa_case("H = 4 -> G = 1 (MQA)", 7521, 2, 3, 16, 4, 1),
+        _to_gqa_errors(7531),
     ]
 
 

@@ -56,7 +56,8 @@ HINTS = {
                     "causal_mask(T, S) as the mask",
     "head_dim": "use the head_dim argument when it is given (head_dim = d_model // num_heads only "
                 "when it is None): q_proj is D -> H·head_dim, o_proj H·head_dim -> D",
-    "gqa_errors": "raise ValueError in __init__ when num_heads % num_kv_heads != 0",
+    "gqa_errors": "raise ValueError in __init__ when num_heads % num_kv_heads != 0, and when head_dim is "
+                  "None and d_model % num_heads != 0",
     "gqa_scale_d": "scale the scores by 1/sqrt(head_dim), the per-head width",
     "gqa_pre_rope_cache": "rotate k before cache.update: the cache holds keys after RoPE",
     # LatentCache
@@ -115,8 +116,8 @@ HINTS = {
                     "reads KV head h // R), not heads g, g + G, g + 2G, ...",
     "pool_inplace": "return a NEW GroupedQueryAttention and leave the input module unchanged (build "
                     "one and copy the weights into it)",
-    "pool_q_o": "copy q_proj and o_proj unchanged into the new module (only k_proj and v_proj are "
-                "pooled)",
+    "pool_errors": "raise ValueError when mha.num_kv_heads != mha.num_heads (not MHA) or when num_heads "
+                   "% num_kv_heads != 0",
 }
 
 
@@ -431,8 +432,10 @@ def _bytes_fn(*, two: bool = True, mla: str = "ok", gqa_h: bool = False, as_floa
 # ---------------------------------------------------------------------------------------------
 # mha_to_gqa
 # ---------------------------------------------------------------------------------------------
-def _to_gqa_fn(*, pool: str = "mean", inplace: bool = False, copy_q_o: bool = True) -> Callable:
+def _to_gqa_fn(*, pool: str = "mean", inplace: bool = False, validate: bool = True) -> Callable:
     def mha_to_gqa(mha, num_kv_heads):
+        if validate and (mha.num_kv_heads != mha.num_heads or mha.num_heads % num_kv_heads != 0):
+            raise ValueError("mha must be MHA and num_heads a multiple of num_kv_heads")
         h, dh = mha.num_heads, mha.head_dim
         d = mha.q_proj.in_features
         r = h // num_kv_heads
@@ -455,9 +458,8 @@ def _to_gqa_fn(*, pool: str = "mean", inplace: bool = False, copy_q_o: bool = Tr
                 mha.v_proj.weight.copy_(v)
                 return mha
             new = GroupedQueryAttention(d, h, num_kv_heads, head_dim=dh).to(device=k.device, dtype=k.dtype)
-            if copy_q_o:
-                new.q_proj.weight.copy_(mha.q_proj.weight)
-                new.o_proj.weight.copy_(mha.o_proj.weight)
+            new.q_proj.weight.copy_(mha.q_proj.weight)
+            new.o_proj.weight.copy_(mha.o_proj.weight)
             new.k_proj.weight.copy_(k)
             new.v_proj.weight.copy_(v)
         return new
@@ -519,5 +521,6 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("sum instead of mean", HINTS["pool_sum"], _to_gqa_fn(pool="sum")),
         Mistake("strided groups", HINTS["pool_strided"], _to_gqa_fn(pool="strided")),
         Mistake("modifies the input", HINTS["pool_inplace"], _to_gqa_fn(inplace=True)),
+        Mistake("no ValueError", HINTS["pool_errors"], _to_gqa_fn(validate=False)),
     ),
 }

@@ -29,6 +29,7 @@ from tfcourse.checks._calls import run_call
 from tfcourse.checks._core import judge_case
 from tfcourse.checks.nb06_kv_cache.cases import ROW_A, ROW_B, sampling_case
 from tfcourse.checks.nb06_kv_cache.mistakes import MISTAKES, SAMPLING
+from tfcourse.device import single_thread
 from tfcourse.reference import nb06_kv_cache as ref
 
 transformers = pytest.importorskip("transformers")
@@ -41,6 +42,13 @@ from transformers.generation.logits_process import (  # noqa: E402
 )
 
 pytestmark = pytest.mark.nb06
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Small tensor ops: one thread is several times faster on a busy 2-core machine."""
+    with single_thread():
+        yield
 
 V, D, L, H, DFF, THETA = 61, 32, 2, 4, 48, 500.0
 

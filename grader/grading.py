@@ -345,9 +345,15 @@ def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, dict], to_run: dict[
                            seed=seed, stand_ins={c: nb.solution(c) for c in callees}, then=then)
         ex = next(e for e in nb.exercises if e.name == name)
         again = _judge_run(nb, ex, run.exercises[name], cases[name], device, limits, [])
-        if again["score"] <= verdict["score"] and again["status"] != "passed":
-            continue
         used = ", ".join(f"`{c}`" for c in callees)
+        if again["score"] <= verdict["score"] and again["status"] != "passed":
+            # the exercise has a problem of its own; the messages above came from a run with the
+            # learner's broken callee and may describe that one: say where to see the own one
+            verdict["feedback"] += (f"\n  note: graded again with the course's {used} in place of yours (it "
+                                    f"lost points on its own): the score stays, so `{name}` has a problem of "
+                                    f"its own too; its check cell in your notebook uses the course's {used} "
+                                    "and names it")
+            continue
         why = "which is not attempted yet" if all(verdicts[c]["status"] == "not_attempted" for c in callees) \
             else "which lost points on its own"
         note = f"graded with the course's {used} in place of yours, {why} (one bug costs points once)"

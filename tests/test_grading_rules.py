@@ -89,6 +89,7 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     weights = softmax(scores, dim=-1)  # fully masked rows: relies on softmax
     return weights @ v, weights
 '''
+SDPA_UNSCALED_ON_OWN_SOFTMAX = SDPA_ON_OWN_SOFTMAX.replace(" / math.sqrt(q.size(-1))", "")
 SDPA_WITH_HELPER = '''
 def scaled_dot_product_attention(q, k, v, mask=None):
     scores = _scores(q, k)
@@ -210,6 +211,8 @@ SUBMISSIONS = {
     "one_bug_nb01": ("01_attention", {"softmax": NAN_SOFTMAX, "scaled_dot_product_attention": SDPA_ON_OWN_SOFTMAX},
                      None),
     "one_bug_nb02": ("02_multi_head_attention", {"MultiHeadAttention": MHA_NO_CROSS}, None),
+    "two_bugs_nb01": ("01_attention", {"softmax": NAN_SOFTMAX,
+                                       "scaled_dot_product_attention": SDPA_UNSCALED_ON_OWN_SOFTMAX}, None),
     "helper_cell": ("01_attention", {"scaled_dot_product_attention": SDPA_WITH_HELPER},
                     {"scaled_dot_product_attention": HELPER_CELL}),
     "demo_name": ("01_attention", {"scaled_dot_product_attention": SDPA_ON_DEMO_NAME}, None),
@@ -282,6 +285,16 @@ def test_one_bug_in_softmax_costs_only_softmax(graded):
 
 
 @pytest.mark.slow
+def test_a_caller_with_a_bug_of_its_own_keeps_its_loss_and_is_told_where_to_see_it(graded):
+    """The stand-in run does not help an attention that forgot the scale: its score stays, and
+    its feedback says that the check cell (which uses the course's softmax) names its own bug,
+    since the messages shown came from the run with the learner's NaN softmax."""
+    sdpa = graded["two_bugs_nb01"]["scaled_dot_product_attention"]
+    assert sdpa["score"] < sdpa["max_score"]
+    assert "problem of its own" in sdpa["feedback"] and "course's `softmax`" in sdpa["feedback"]
+    assert graded["two_bugs_nb01"]["softmax"]["score"] == 0
+
+
 def test_a_multi_head_attention_without_cross_attention_does_not_cost_mha_from_torch(graded):
     verdicts = graded["one_bug_nb02"]
     mha = verdicts["MultiHeadAttention"]

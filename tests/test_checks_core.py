@@ -293,7 +293,8 @@ class _InPlaceSummer(torch.nn.Module):
 
 
 class _Router(torch.nn.Module):
-    """Two experts; token i goes to expert i % 2, or to both when ``dense``."""
+    """Two experts; token i goes to expert i % 2 (the second called through .forward, which
+    skips module hooks), or to both when ``dense``."""
 
     def __init__(self, dense: bool):
         super().__init__()
@@ -304,7 +305,7 @@ class _Router(torch.nn.Module):
         flat = x.reshape(-1, x.shape[-1])
         if self.dense:
             return self.experts[0](flat) + self.experts[1](flat)
-        return self.experts[0](flat[0::2]).sum() + self.experts[1](flat[1::2]).sum()
+        return self.experts[0](flat[0::2]).sum() + self.experts[1].forward(flat[1::2]).sum()
 
 
 def test_count_rows_of_counts_the_rows_each_child_receives():
@@ -323,3 +324,33 @@ def test_count_rows_of_counts_the_rows_each_child_receives():
     nothing = run_call(Call("_Router", (True,), forward_args=(torch.ones(1, 5, 4),), count_rows_of="gate"),
                        {"_Router": _Router})
     assert nothing.error_type == "AttributeError" and "`gate`" in nothing.error_message
+
+
+def test_a_function_call_can_return_the_gradients_of_its_arguments():
+    logits = torch.randn(5, 3, dtype=torch.float64)
+    call = Call("loss", (logits, 2), grad_of=("router_logits",))
+
+    def loss(router_logits, top_k):
+        return router_logits.softmax(-1).mean(0).square().sum() * top_k
+
+    outcome = run_call(call, {"loss": loss})
+    assert outcome.kind == "tuple"
+    value, grad = outcome.tensors
+    leaf = logits.clone().requires_grad_(True)
+    (loss(leaf, 2) * grad_output_for_scalar()).backward()
+    assert torch.allclose(value, loss(logits, 2)) and torch.allclose(grad, leaf.grad)
+
+    def rebuilt(router_logits, top_k):  # a number put back into a new tensor: no graph
+        return torch.tensor(loss(router_logits, top_k).item(), dtype=router_logits.dtype)
+
+    def half_cut(router_logits, top_k):
+        return loss(router_logits.detach(), top_k) + 0 * torch.ones((), dtype=router_logits.dtype)
+
+    for wrong in (rebuilt, half_cut):
+        out = run_call(call, {"loss": wrong})
+        assert out.error_type == "NoGradient" and "`router_logits`" in out.error_message
+
+
+def grad_output_for_scalar() -> torch.Tensor:
+    from tfcourse.checks._calls import grad_output_for
+    return grad_output_for(torch.zeros((), dtype=torch.float64))

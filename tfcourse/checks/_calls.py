@@ -131,13 +131,14 @@ class Call:
     forward_args: tuple | None = None
     forward_kwargs: dict[str, Any] = field(default_factory=dict)
     # parameter names of the module: with them the forward runs with autograd on, the output is
-    # back-propagated with ``grad_output_for(output)``, and the outcome is (output, their .grad ...)
+    # back-propagated with ``grad_output_for(output)``, and the outcome is (output, their .grad ...).
+    # For a plain function call (no state, no forward): names of its tensor arguments instead.
     grad_of: tuple[str, ...] = ()
     # calls made on the built object (and on Instances) in order; the outcome is every step's
     # result flattened (see run_call). Used instead of, or after, forward_args.
     steps: tuple[Step, ...] = ()
     # the name of a submodule (an nn.ModuleList such as MoE's ``experts``): every child's forward
-    # gets a hook that counts the rows it receives (inputs as (-1, last axis)); the outcome gets
+    # is wrapped to count the rows it receives (inputs as (-1, last axis)); the outcome gets
     # one more tensor at the end, int64 (number of children,). A submodule without children
     # (an nn.Linear such as MLA's ``kv_b_proj``) is counted itself: (1,)
     count_rows_of: str = ""
@@ -372,6 +373,35 @@ def _forward_and_gradients(module: torch.nn.Module, names: tuple[str, ...], args
     return (output.detach(), *grads)
 
 
+def _call_and_gradients(fn: Any, names: tuple[str, ...], args: tuple, kwargs: dict) -> Any:
+    """(fn's output, the gradients of its tensor arguments ``names``), or an error outcome when
+    the output does not reach one of them through autograd (a plain function's ``grad_of``)."""
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    leaves = []
+    for name in names:
+        leaf = bound.arguments.get(name)
+        if not isinstance(leaf, torch.Tensor) or not leaf.is_floating_point():
+            raise ValueError(f"grad_of names `{name}`, which is not a floating tensor argument")
+        leaves.append(leaf.requires_grad_(True))
+    with torch.enable_grad():
+        output = fn(*args, **kwargs)
+        if not _is_plain_tensor(output):
+            return output  # outcome_of reports the type
+        if not output.requires_grad:
+            return Outcome("error", error_type=NO_GRADIENT, error_message=(
+                "the result does not depend on " + ", ".join(f"`{n}`" for n in names) + " through autograd "
+                "(.item(), .detach(), torch.no_grad() or a tensor rebuilt from Python numbers cut the graph): "
+                "training could not use it"))
+        output.backward(grad_output_for(output))
+    grads = []
+    for name, leaf in zip(names, leaves, strict=True):
+        if leaf.grad is None:
+            return Outcome("error", error_type=NO_GRADIENT, error_message=(
+                f"no gradient reached the argument `{name}` (.detach(), .item() or torch.no_grad() cut the graph)"))
+        grads.append(leaf.grad)
+    return (output.detach(), *grads)
+
+
 def _tensor_leaves(value: Any, path: str) -> list[tuple[str, torch.Tensor]]:
     if isinstance(value, torch.Tensor):
         return [(path, value)]
@@ -433,6 +463,11 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
         args = _materialize(call.args, device, instances)
         kwargs = _materialize(call.kwargs, device, instances)
         watched = _watch(target, args, kwargs)
+        if call.grad_of and call.forward_args is None and call.state is None:
+            result = _call_and_gradients(target, call.grad_of, args, kwargs)
+            if (modified := _modified(watched)) is not None:
+                return modified
+            return result if isinstance(result, Outcome) else outcome_of(result)
         result = target(*args, **kwargs)
         if (modified := _modified(watched)) is not None:
             return modified
@@ -500,7 +535,8 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
 
 
 class _RowCounter:
-    """Forward pre-hooks on every child of one submodule, counting the rows each receives."""
+    """Counts the rows each child of one submodule receives: each child's ``forward`` is wrapped
+    (an instance attribute), so ``expert(h)`` and ``expert.forward(h)`` are both counted."""
 
     def __new__(cls, module: Any, name: str) -> Any:
         if not isinstance(module, torch.nn.Module):
@@ -513,22 +549,25 @@ class _RowCounter:
                            error_message=f"the module has no submodule `{name}`")
         self = super().__new__(cls)
         self.rows = [0] * len(children)
-        self.handles = [child.register_forward_pre_hook(self._hook(i)) for i, child in enumerate(children)]
+        self.children = children
+        for i, child in enumerate(children):
+            child.forward = self._counting(i, child.forward)
         return self
 
-    def _hook(self, index: int) -> Any:
-        def hook(_module: torch.nn.Module, inputs: tuple) -> None:
-            first = inputs[0] if inputs else None
+    def _counting(self, index: int, forward: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            first = args[0] if args else next(iter(kwargs.values()), None)
             if isinstance(first, torch.Tensor) and first.dim() > 0:
                 self.rows[index] += first.numel() // max(first.shape[-1], 1)
-        return hook
+            return forward(*args, **kwargs)
+        return counted
 
     def counts(self) -> torch.Tensor:
         return torch.tensor(self.rows, dtype=torch.int64)
 
     def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
+        for child in self.children:
+            child.__dict__.pop("forward", None)
 
 
 def _flattened(results: list[Any]) -> Outcome:

@@ -137,6 +137,17 @@ class KVCache:
         self.v = v if self.v is None else torch.cat((self.v, v), dim=2)
         return k, v
 ''', hint="update returns the whole cache"),
+        _e("update returns the cache without the new tokens", _KV_HEAD + '''
+    def update(self, k, v):
+        self._check(k, v)
+        if self.k is None:
+            self.k, self.v = k, v
+            return k, v
+        past = (self.k, self.v)
+        self.k = torch.cat((self.k, k), dim=2)
+        self.v = torch.cat((self.v, v), dim=2)
+        return past
+''', hint="update appends first"),
         _e("no ValueError (torch.cat's own errors)", '''
 class KVCache:
     def __init__(self):

@@ -218,6 +218,33 @@ def test_a_backward_call_returns_the_gradients_and_names_a_parameter_it_never_re
     assert "no gradient" in judge_case(Case("Scale", "trains", [call], lambda j: j.values(n=2)), [bad]).message
 
 
+
+class _Routed(torch.nn.Module):
+    """Returns (y, aux) like MoE's (y, router_logits); ``detach``: y does not reach weight."""
+
+    def __init__(self, d: int, detach: bool = False):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(d))
+        self.detach = detach
+
+    def forward(self, x):
+        w = self.weight.detach() if self.detach else self.weight
+        return x * w, x @ self.weight[:, None]
+
+
+def test_a_backward_call_on_a_tuple_output_back_propagates_its_first_tensor():
+    x = torch.randn(2, 3, dtype=torch.float64)
+    call = Call("Routed", (3,), state={"weight": torch.full((3,), 2.0, dtype=torch.float64)}, forward_args=(x,),
+                grad_of=("weight",))
+    outcome = run_call(call, {"Routed": _Routed})
+    assert outcome.kind == "tuple" and len(outcome.tensors) == 3
+    y, aux, grad = outcome.tensors
+    g = torch.linspace(-1, 1, 6, dtype=torch.float64).reshape(2, 3)
+    assert torch.equal(y, x * 2) and torch.allclose(aux, x @ torch.full((3, 1), 2.0, dtype=torch.float64))
+    assert torch.allclose(grad, (g * x).sum(0))  # through y only, not through aux
+    bad = run_call(call, {"Routed": lambda d: _Routed(d, detach=True)})
+    assert bad.error_type == "NoGradient" and "cut the graph" in bad.error_message
+
 # -- steps, instances and row counts (notebooks 05-07: caches, probe models, MoE experts) -------
 class _Cache:
     """A tiny correct cache (the learner's KVCache in the real cases)."""

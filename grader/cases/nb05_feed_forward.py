@@ -30,12 +30,16 @@ from tfcourse.checks.nb05_feed_forward.cases import (
     MARGIN,
     MOE_NAMES,
     ROUTE_NAMES,
+    balance_grad_call,
     check_margin,
     ffn_state,
     hidden_dim_call,
+    judge_balance_gradient,
     judge_hidden_dim,
+    judge_moe_gradient,
     judge_rows,
     moe_call,
+    moe_grad_call,
     moe_inputs,
     router_tolerance,
     swiglu_state,
@@ -200,10 +204,23 @@ def _moe(seed: int) -> list[Case]:
         if i < 3:
             out.append(_moe_rows(f"sparse: {title}: each expert's forward receives the tokens routed to it",
                                  moe_call(x, state, f, e, k, count=True), s))
+    s, x, state = moe_inputs(seed * 1000 + 620, (3, 4, 8), 16, 6, 2, F64)
+    out.append(_moe_grad("backward: MoE(8, 16, num_experts=6, top_k=2) on x (3, 4, 8) float64, y back-propagated: "
+                         "gate.weight's gradient matches the reference", moe_grad_call(x, state, 16, 6, 2), s))
     s = seed * 1000 + 600
     out.append(_hidden("MoE", "MoE(8, 16, num_experts=3, top_k=4) raises ValueError",
                        [Call("MoE", (8, 16, 3, 4))], s))
     return out
+
+
+def _moe_grad(title: str, call: Call, seed: int) -> Case:
+    shape = tuple(call.forward_args[0].shape)
+
+    def judge(j: Judge) -> None:
+        judge_moe_gradient(j, j.expected_tensor(0, 2), shape, F64)
+
+    return Case("MoE", f"hidden case: {title}", [call], with_load_hints("MoE", judge), seed=seed, reference=True,
+                mistakes=MISTAKES["MoE"], hidden=True)
 
 
 def _moe_rows(title: str, call: Call, seed: int) -> Case:
@@ -234,7 +251,18 @@ def _balance(seed: int) -> list[Case]:
         atol, rtol = router_tolerance(dtype)
         out.append(_hidden("load_balancing_loss", f"router_logits ({n}, {e}) {_dt(dtype)}, top_k={k}: matches the "
                            "reference", [Call("load_balancing_loss", (logits, k))], s, atol=atol, rtol=rtol))
+    s, logits = _logits(seed * 1000 + 790, 20, 6, 2, F64, 1.5)
+    out.append(_balance_grad("backward: router_logits (20, 6) float64, top_k=2: the gradient matches the "
+                             "reference's (through P only)", balance_grad_call(logits, 2), s))
     return out
+
+
+def _balance_grad(title: str, call: Call, seed: int) -> Case:
+    def judge(j: Judge) -> None:
+        judge_balance_gradient(j, j.expected_tensor(0, 1), F64)
+
+    return Case("load_balancing_loss", f"hidden case: {title}", [call], judge, seed=seed, reference=True,
+                mistakes=MISTAKES["load_balancing_loss"], hidden=True)
 
 
 def _route(seed: int) -> list[Case]:

@@ -442,6 +442,77 @@ WRONG: dict[str, list[Entry]] = {
                         y.index_add_(0, tok, self.experts[e](h[tok]) * weights[tok, slot, None])
                     return y.reshape(x.shape), router_logits
             ''', hint="a plain list registers no parameters"),
+        _e("router probabilities detached", '''
+            class MoE(nn.Module):
+                def __init__(self, d_model, d_ff, num_experts, top_k):
+                    super().__init__()
+                    if not 1 <= top_k <= num_experts:
+                        raise ValueError("top_k")
+                    self.num_experts, self.top_k = num_experts, top_k
+                    self.gate = nn.Linear(d_model, num_experts, bias=False)
+                    self.experts = nn.ModuleList([SwiGLU(d_model, d_ff) for _ in range(num_experts)])
+
+                def forward(self, x):
+                    h = x.reshape(-1, x.shape[-1])
+                    router_logits = self.gate(h)
+                    probs = torch.softmax(router_logits.detach(), -1)  # "the router is not an expert"
+                    weights, idx = probs.topk(self.top_k, dim=-1)
+                    weights = weights / weights.sum(dim=-1, keepdim=True)
+                    y = torch.zeros_like(h)
+                    for e, expert in enumerate(self.experts):
+                        tok, slot = torch.where(idx == e)
+                        if len(tok):
+                            y.index_add_(0, tok, expert(h[tok]) * weights[tok, slot, None])
+                    return y.reshape(x.shape), router_logits
+            ''', hint="the router learns through y"),
+        _e("dense forward, then expert(h[idx]) to fake the counts", '''
+            class MoE(nn.Module):
+                def __init__(self, d_model, d_ff, num_experts, top_k):
+                    super().__init__()
+                    if not 1 <= top_k <= num_experts:
+                        raise ValueError("top_k")
+                    self.num_experts, self.top_k = num_experts, top_k
+                    self.gate = nn.Linear(d_model, num_experts, bias=False)
+                    self.experts = nn.ModuleList([SwiGLU(d_model, d_ff) for _ in range(num_experts)])
+
+                def forward(self, x):
+                    h = x.reshape(-1, x.shape[-1])
+                    router_logits = self.gate(h)
+                    probs = router_logits.softmax(-1)
+                    weights, idx = probs.topk(self.top_k, dim=-1)
+                    weights = weights / weights.sum(dim=-1, keepdim=True)
+                    y = torch.zeros_like(h)
+                    for e, expert in enumerate(self.experts):
+                        out = expert.forward(h)  # every token (faster than gathering, isn't it?)
+                        tok, slot = torch.where(idx == e)
+                        if len(tok):
+                            expert(h[tok])  # so that the row counter sees the routed tokens
+                            y.index_add_(0, tok, out[tok] * weights[tok, slot, None])
+                    return y.reshape(x.shape), router_logits
+            ''', hint="more rows than were routed to it"),
+        _e("top-k over the tokens (dim=0)", '''
+            class MoE(nn.Module):
+                def __init__(self, d_model, d_ff, num_experts, top_k):
+                    super().__init__()
+                    if not 1 <= top_k <= num_experts:
+                        raise ValueError("top_k")
+                    self.num_experts, self.top_k = num_experts, top_k
+                    self.gate = nn.Linear(d_model, num_experts, bias=False)
+                    self.experts = nn.ModuleList([SwiGLU(d_model, d_ff) for _ in range(num_experts)])
+
+                def forward(self, x):
+                    h = x.reshape(-1, x.shape[-1])
+                    router_logits = self.gate(h)
+                    probs = router_logits.softmax(-1)
+                    weights, idx = probs.topk(self.top_k, dim=0)
+                    weights = weights / weights.sum(dim=-1, keepdim=True)
+                    y = torch.zeros_like(h)
+                    for e, expert in enumerate(self.experts):
+                        tok, slot = torch.where(idx == e)
+                        if len(tok):
+                            y.index_add_(0, tok, expert(h[tok]) * weights[tok, slot, None])
+                    return y.reshape(x.shape), router_logits
+            ''', hint="top-K per token is over the experts"),
         _e("no check of top_k", '''
             class MoE(nn.Module):
                 def __init__(self, d_model, d_ff, num_experts, top_k):
@@ -516,6 +587,44 @@ WRONG: dict[str, list[Entry]] = {
                 f = torch.bincount(idx.flatten(), minlength=E).to(probs.dtype) / (N * top_k)
                 return (E * (f * probs.mean(0)).sum()).item()
             ''', hint="return plain torch.Tensor"),
+        _e("loss rebuilt from .item()", '''
+            def load_balancing_loss(router_logits, top_k):
+                N, E = router_logits.shape
+                probs = torch.softmax(router_logits, dim=-1)
+                counts = torch.bincount(probs.topk(top_k, dim=-1).indices.flatten(), minlength=E)
+                f = counts / (N * top_k)
+                P = probs.mean(0)
+                return torch.tensor(E * (f * P).sum().item(), dtype=router_logits.dtype)
+            ''', hint="cut the graph"),
+        _e("straight-through f (differentiable counts)", '''
+            def load_balancing_loss(router_logits, top_k):
+                N, E = router_logits.shape
+                probs = torch.softmax(router_logits, dim=-1)
+                mask = F.one_hot(probs.topk(top_k, dim=-1).indices, E).sum(1).to(probs.dtype)  # (N, E)
+                mask = mask + probs - probs.detach()  # let the balance gradient reach the counts too
+                f = mask.sum(0) / (N * top_k)
+                P = probs.mean(0)
+                return E * (f * P).sum()
+            ''', hint="f is a count and carries no gradient"),
+        _e("P from the kept probabilities only", '''
+            def load_balancing_loss(router_logits, top_k):
+                N, E = router_logits.shape
+                probs = torch.softmax(router_logits, dim=-1)
+                top, idx = probs.topk(top_k, dim=-1)
+                kept = torch.zeros_like(probs).scatter(1, idx, top)  # (N, E): the routed probabilities
+                f = torch.bincount(idx.flatten(), minlength=E).to(probs.dtype) / (N * top_k)
+                P = kept.mean(0)
+                return E * (f * P).sum()
+            ''', hint="not only of the probabilities kept"),
+        _e("top-k over the tokens (dim=0)", '''
+            def load_balancing_loss(router_logits, top_k):
+                N, E = router_logits.shape
+                probs = torch.softmax(router_logits, dim=-1)
+                idx = probs.topk(top_k, dim=0).indices
+                f = torch.bincount(idx.flatten(), minlength=E).to(probs.dtype) / (N * top_k)
+                P = probs.mean(0)
+                return E * (f * P).sum()
+            ''', hint="not dim=0"),
         _e("per-expert loss vector", '''
             def load_balancing_loss(router_logits, top_k):
                 N, E = router_logits.shape
@@ -774,6 +883,28 @@ CORRECT: dict[str, list[Entry]] = {
                             continue
                         out[rows] += w[rows, slots, None] * self.experts[e](h[rows])
                     return out.view(B, T, D), logits
+            '''),
+        _e("expert.forward(h[idx])", '''
+            class MoE(nn.Module):
+                def __init__(self, d_model, d_ff, num_experts, top_k):
+                    super().__init__()
+                    if not 1 <= top_k <= num_experts:
+                        raise ValueError("top_k")
+                    self.num_experts, self.top_k = num_experts, top_k
+                    self.gate = nn.Linear(d_model, num_experts, bias=False)
+                    self.experts = nn.ModuleList([SwiGLU(d_model, d_ff) for _ in range(num_experts)])
+
+                def forward(self, x):
+                    h = x.reshape(-1, x.shape[-1])
+                    router_logits = self.gate(h)
+                    weights, idx = router_logits.softmax(dim=-1).topk(self.top_k, dim=-1)
+                    weights = weights / weights.sum(dim=-1, keepdim=True)
+                    y = torch.zeros_like(h)
+                    for e in range(self.num_experts):
+                        tok, slot = torch.where(idx == e)
+                        if tok.numel():
+                            y = y.index_add(0, tok, self.experts[e].forward(h[tok]) * weights[tok, slot, None])
+                    return y.reshape(x.shape), router_logits
             '''),
         _e("one token at a time", '''
             class MoE(nn.Module):

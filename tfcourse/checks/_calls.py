@@ -132,6 +132,7 @@ class Call:
     forward_kwargs: dict[str, Any] = field(default_factory=dict)
     # parameter names of the module: with them the forward runs with autograd on, the output is
     # back-propagated with ``grad_output_for(output)``, and the outcome is (output, their .grad ...).
+    # A forward returning a tuple of tensors: its first is back-propagated, the outcome is (*tuple, grads).
     # For a plain function call (no state, no forward): names of its tensor arguments instead.
     grad_of: tuple[str, ...] = ()
     # calls made on the built object (and on Instances) in order; the outcome is every step's
@@ -353,9 +354,12 @@ def _forward_and_gradients(module: torch.nn.Module, names: tuple[str, ...], args
     for p in module.parameters():
         p.grad = None
     with torch.enable_grad():
-        output = module(*args, **kwargs)
+        returned = module(*args, **kwargs)
+        # a tuple (MoE's (y, router_logits)): its first tensor, the module's output, is back-propagated
+        many = type(returned) in (tuple, list) and bool(returned) and all(_is_plain_tensor(r) for r in returned)
+        output = returned[0] if many else returned
         if not _is_plain_tensor(output):
-            return output  # outcome_of reports the type
+            return returned  # outcome_of reports the type
         if not output.requires_grad:
             return Outcome("error", error_type=NO_GRADIENT, error_message=(
                 "the output does not depend on any parameter through autograd (torch.no_grad(), "
@@ -370,7 +374,8 @@ def _forward_and_gradients(module: torch.nn.Module, names: tuple[str, ...], args
                 f"no gradient reached the parameter `{name}` (.detach(), .data, torch.no_grad() or a "
                 "tensor copied out of it cut the graph): training would never change it"))
         grads.append(grad)
-    return (output.detach(), *grads)
+    outputs = [r.detach() for r in returned] if many else [output.detach()]
+    return (*outputs, *grads)
 
 
 def _call_and_gradients(fn: Any, names: tuple[str, ...], args: tuple, kwargs: dict) -> Any:

@@ -25,12 +25,13 @@ import torch
 import torch.nn.functional as F
 
 from ...device import make_generator
-from .._calls import Call, Step
+from .._calls import NO_GRADIENT, Call, Step, grad_output_for
 from .._core import Case, Judge, _fmt_dtype
 from .mistakes import HINTS, MISTAKES
 
-__all__ = ["EXERCISES", "LOAD_HINTS", "MARGIN", "MOE_NAMES", "ROUTE_NAMES", "ROUTER_FLOAT64_TOL", "balance_oracle",
-           "circulant_logits", "ffn_state", "swiglu_state",
+__all__ = ["EXERCISES", "GRAD_TOL", "LOAD_HINTS", "MARGIN", "MOE_GRAD_NAMES", "MOE_NAMES", "ROUTE_NAMES",
+           "ROUTER_FLOAT64_TOL", "balance_grad_call", "balance_oracle", "circulant_logits", "error_hint", "ffn_state",
+           "judge_balance_gradient", "judge_moe_gradient", "moe_grad_call", "swiglu_state",
            "check_margin", "hidden_dim_call", "judge_hidden_dim", "judge_rows", "moe_call", "moe_inputs",
            "moe_oracle", "router_tolerance", "visible_cases", "with_load_hints"]
 
@@ -43,6 +44,10 @@ ROUTER_FLOAT64_TOL = (1e-6, 1e-5)
 # the smallest gap between the K-th and the (K+1)-th router probability of any token in a case
 MARGIN = 1e-3
 MOE_NAMES = ("y", "router_logits")
+MOE_GRAD_NAMES = ("y", "router_logits", "gate.weight.grad")
+BALANCE_GRAD_NAMES = ("loss", "router_logits.grad")
+# gradients of float64 routing (a float32 softmax inside is allowed): float32 level
+GRAD_TOL = (1e-6, 1e-5)
 ROUTE_NAMES = ("expert_index", "weights", "kept")
 
 
@@ -84,6 +89,25 @@ def _raises(j: Judge, what: str, hint: str, call: int = 0) -> None:
         j.fail(f"{what}: returned without an error; expected ValueError", hint=hint)
     j.require(o.error_type == "ValueError", f"{what}: raised {o.error_line()[:90]}; expected ValueError",
               hint=hint + " (an assert or a failing operation raises other errors)", call=call)
+
+
+def error_hint(j: Judge) -> None:
+    """Fail with a hint when a call raised the very error (type and message) that exactly one
+    catalogued mistake raises on every call of the case (e.g. a top-K over the wrong axis whose
+    shapes no longer broadcast); otherwise return and let the judge report the exception."""
+    if not any(o.kind == "error" for o in j.outcomes) or not j.case.mistakes:
+        return
+    hints = []
+    for mistake in j.case.mistakes:
+        if mistake.hint in hints:
+            continue
+        theirs = [j._mistake_outcome(mistake, i) for i in range(len(j.case.calls))]
+        if all(o.kind == t.kind and o.error_type == t.error_type and o.error_message == t.error_message
+               for o, t in zip(j.outcomes, theirs, strict=True)):
+            hints.append(mistake.hint)
+    if len(hints) == 1:
+        o = next(o for o in j.outcomes if o.kind == "error")
+        j.fail(f"raised {o.error_line()[:150]}", hint=hints[0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,6 +426,48 @@ def _moe_value_case(title: str, seed: int, shape: tuple[int, ...], d_ff: int, nu
     return _case("MoE", title, [moe_call(x, state, d_ff, num_experts, top_k)], judge, seed=s)
 
 
+def moe_grad_call(x: torch.Tensor, state: dict[str, torch.Tensor], d_ff: int, num_experts: int, top_k: int) -> Call:
+    """MoE's forward with autograd on: y is back-propagated; the outcome is (y, router_logits, gate.weight.grad)."""
+    return Call("MoE", (x.size(-1), d_ff, num_experts, top_k), state=state, forward_args=(x,),
+                grad_of=("gate.weight",))
+
+
+def moe_gate_grad(x: torch.Tensor, state: dict[str, torch.Tensor], num_experts: int, top_k: int) -> torch.Tensor:
+    """d y/d gate.weight (back-propagating grad_output_for(y)) of a correct MoE, in float64."""
+    h = x.double().reshape(-1, x.size(-1))
+    gate = state["gate.weight"].double().clone().requires_grad_(True)
+    probs = torch.softmax(F.linear(h, gate), dim=-1)
+    top, index = probs.topk(top_k, dim=-1)
+    weights = torch.zeros_like(probs).scatter(1, index, top / top.sum(dim=-1, keepdim=True))  # (N, E)
+    with torch.no_grad():
+        outs = torch.stack([swiglu_oracle(h, state, f"experts.{e}.") for e in range(num_experts)], dim=1)
+    y = (weights[..., None] * outs).sum(dim=1).reshape(x.shape)
+    y.backward(grad_output_for(y))
+    return gate.grad
+
+
+def judge_moe_gradient(j: Judge, want: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """gate.weight's gradient (the outcome's third tensor) equals ``want``; a cut graph gets its hint."""
+    o = j.outcomes[0]
+    if o.kind == "error" and o.error_type == NO_GRADIENT:
+        j.fail("no gradient reached gate.weight from y: the router could never learn", hint=HINTS["router_detached"])
+    n = math.prod(shape[:-1])
+    _get(j, 0, 0, n=3, names=MOE_GRAD_NAMES, shape=shape, dtype=dtype, float32_ok=True)
+    _get(j, 0, 1, n=3, names=MOE_GRAD_NAMES, shape=(n, want.size(0)), dtype=dtype)
+    grad = j.tensor(0, 2, n=3, names=MOE_GRAD_NAMES, shape=tuple(want.shape))
+    j.close(grad, want.to(grad.dtype), name="gate.weight.grad", index=2, atol=GRAD_TOL[0], rtol=GRAD_TOL[1],
+            oracle="the float64 gradient", hint=j.mistake_hint() or HINTS["router_gradient"])
+
+
+def _moe_grad_case(title: str, seed: int, shape: tuple[int, ...], d_ff: int, num_experts: int, top_k: int) -> Case:
+    s, x, state = moe_inputs(seed, shape, d_ff, num_experts, top_k, F64)
+
+    def judge(j: Judge) -> None:
+        judge_moe_gradient(j, moe_gate_grad(x, state, num_experts, top_k), tuple(x.shape), F64)
+
+    return _case("MoE", title, [moe_grad_call(x, state, d_ff, num_experts, top_k)], judge, seed=s)
+
+
 def judge_rows(j: Judge, want: torch.Tensor) -> None:
     """The rows each expert's forward received (the outcome's last tensor) equal ``want``."""
     o = j.outcomes[0]
@@ -416,6 +482,8 @@ def judge_rows(j: Judge, want: torch.Tensor) -> None:
         hint = j.mistake_hint()
         if hint is None and int(rows.sum()) == 0:
             hint = HINTS["expert_parts"]
+        elif hint is None and bool((rows >= want).all()):
+            hint = HINTS["extra_rows"]
         j.fail(f"expert {e}'s forward received {int(rows[e])} rows; {int(want[e])} (token, slot) assignments "
                "are routed to it", f"rows per expert: {rows.tolist()}; routed: {want.tolist()}", hint=hint)
 
@@ -459,6 +527,9 @@ def _moe_cases() -> list[Case]:
     cases.append(_case("MoE", "MoE(8, 16, num_experts=4, top_k=2) has attributes num_experts = 4 and top_k = 2",
                        [Call("MoE", (8, 16, 4, 2), steps=(Step("num_experts", attribute=True),
                                                           Step("top_k", attribute=True)))], attributes))
+    cases.append(_moe_grad_case("backward (float64): y back-propagated, gate.weight's gradient equals that of the "
+                                "renormalised top-2 weights (MoE(8, 16, 4, top_k=2), x (2, 5, 8))", 5351, (2, 5, 8),
+                                16, 4, 2))
     cases.append(_moe_sparse_case("sparse: each expert's forward receives exactly the tokens routed to it (MoE(8, "
                                   "16, 8, top_k=2), x (2, 6, 8) float64, rows counted per expert)", 5331, (2, 6, 8),
                                   16, 8, 2, F64))
@@ -475,8 +546,40 @@ def balance_oracle(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """E · Σ_e f_e · P_e in float64 (f: top-K assignments / (N·K), P: mean softmax probability)."""
     n, e = logits.shape
     probs = torch.softmax(logits.double(), dim=-1)
-    counts = torch.bincount(probs.topk(top_k, dim=-1).indices.reshape(-1), minlength=e).double()
+    counts = torch.bincount(probs.detach().topk(top_k, dim=-1).indices.reshape(-1), minlength=e).double()
     return e * (counts / (n * top_k) * probs.mean(0)).sum()
+
+
+def balance_grad_call(logits: torch.Tensor, top_k: int) -> Call:
+    """load_balancing_loss with autograd: the outcome is (loss, d loss / d router_logits)."""
+    return Call("load_balancing_loss", (logits, top_k), grad_of=("router_logits",))
+
+
+def balance_grad(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """d loss/d router_logits in float64 with f held constant (a count): the gradient through P."""
+    leaf = logits.double().clone().requires_grad_(True)
+    loss = balance_oracle(leaf, top_k)
+    loss.backward(grad_output_for(loss))
+    return leaf.grad
+
+
+def judge_balance_gradient(j: Judge, want: torch.Tensor, dtype: torch.dtype) -> None:
+    o = j.outcomes[0]
+    if o.kind == "error" and o.error_type == NO_GRADIENT:
+        j.fail("the loss does not reach router_logits through autograd: training could not use it",
+               hint=HINTS["no_graph"])
+    error_hint(j)
+    _get(j, 0, 0, n=2, names=BALANCE_GRAD_NAMES, shape=(), dtype=dtype, what="router_logits", float32_ok=True)
+    grad = j.tensor(0, 1, n=2, names=BALANCE_GRAD_NAMES, shape=tuple(want.shape))
+    j.close(grad, want.to(grad.dtype), name="router_logits.grad", index=1, atol=GRAD_TOL[0], rtol=GRAD_TOL[1],
+            oracle="the gradient through P", hint=j.mistake_hint() or HINTS["f_gradient"])
+
+
+def _balance_grad_case(title: str, logits: torch.Tensor, top_k: int, seed: int) -> Case:
+    def judge(j: Judge) -> None:
+        judge_balance_gradient(j, balance_grad(logits, top_k), logits.dtype)
+
+    return _case("load_balancing_loss", title, [balance_grad_call(logits, top_k)], judge, seed=seed)
 
 
 def _random_logits(seed: int, n: int, e: int, k: int, dtype: torch.dtype, scale: float = 1.5,
@@ -500,6 +603,7 @@ def _balance_case(title: str, logits: torch.Tensor, top_k: int, seed: int | None
     dtype = logits.dtype
 
     def judge(j: Judge) -> None:
+        error_hint(j)
         got = _get(j, shape=(), dtype=dtype, what="router_logits", float32_ok=True)
         expected = balance_oracle(logits, top_k) if want is None else torch.tensor(want, dtype=F64)
         atol, rtol = router_tolerance(dtype)
@@ -524,6 +628,8 @@ def _balance_cases() -> list[Case]:
         _balance_case("random router_logits (N, E) = (16, 4), top_k = 2, float64: equals E·Σ_e f_e·P_e", l1, 2, s1),
         _balance_case("random router_logits (24, 8), top_k = 2, float32", l2, 2, s2),
         _balance_case("random router_logits (10, 8), top_k = 3, float64", l3, 3, s3),
+        _balance_grad_case("backward (float64, (16, 4), top_k = 2): the gradient w.r.t. router_logits flows "
+                           "through P only (f is a count)", l1, 2, s1),
     ]
 
 

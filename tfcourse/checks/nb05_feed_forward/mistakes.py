@@ -100,6 +100,16 @@ HINTS = {
     "expert_parts": "call each expert module itself, expert(h[token]): the checks count the rows each "
                     "expert's forward receives (calling its gate_proj/up_proj directly bypasses it)",
     "moe_top_k": "raise ValueError unless 1 <= top_k <= num_experts",
+    "extra_rows": "an expert's forward received more rows than were routed to it: every call of expert(...) "
+                  "or expert.forward(...) counts, also one whose result is multiplied by 0 or thrown away",
+    "router_detached": "the router learns through y: do not .detach() router_logits or the probabilities "
+                       "(nor route under torch.no_grad()); the gradient reaches gate.weight through the K "
+                       "routing weights",
+    "router_gradient": "y is right but gate.weight's gradient is not: the K weights must be the renormalised "
+                       "softmax probabilities as tensors of the graph (no .detach(), .item() or rebuilt "
+                       "tensors in the routing weights)",
+    "topk_tokens": "top-K per token is over the experts: probs.topk(top_k, dim=-1) on the (N, E) "
+                   "probabilities, not dim=0 (that picks tokens for each expert)",
     # load_balancing_loss
     "no_E": "multiply by the number of experts E: loss = E · Σ_e f_e · P_e, so that perfectly balanced "
             "routing gives 1.0",
@@ -113,6 +123,15 @@ HINTS = {
     "P_tokens": "the probabilities come from a softmax over the E experts of each token (dim=-1), then the "
                 "mean over tokens (dim=0)",
     "per_expert": "return one number: the sum over experts, E · (f * P).sum(), a 0-dim tensor",
+    "f_gradient": "f is a count and carries no gradient (bincount or one_hot of the top-K indices): the "
+                  "gradient reaches router_logits through P only, so the loss pushes down the probability "
+                  "of busy experts, not their counts",
+    "no_graph": "compute the loss with tensor operations on router_logits (softmax, mean, sum): .item(), "
+                ".tolist() or torch.tensor(number) cut the graph, and training gets no gradient from it",
+    "P_kept": "P_e is the mean of ALL N tokens' probabilities for expert e (probs.mean(dim=0)), not only of "
+              "the probabilities kept in the top K",
+    "topk_tokens_loss": "the top K of each token is over the experts: probs.topk(top_k, dim=-1), not dim=0 "
+                        "(that picks K tokens per expert)",
     # route_with_capacity
     "token_major": "offer the assignments slot by slot: slot 0 of every token (in token order) first, then "
                    "slot 1, ...: expert_index.T.reshape(-1), not expert_index.reshape(-1)",
@@ -331,6 +350,8 @@ class _MoE(nn.Module):
     use_softmax = True
     weighted = True
     parts = False
+    detach = False
+    topk_dim = -1
 
     def __init__(self, d_model: int, d_ff: int, num_experts: int, top_k: int):
         super().__init__()
@@ -349,11 +370,12 @@ class _MoE(nn.Module):
     def forward(self, x):
         h = x.reshape(-1, x.size(-1))
         logits = self.gate(h)
+        routed = logits.detach() if self.detach else logits
         if self.use_softmax:
-            probs = torch.softmax(logits.to(torch.promote_types(x.dtype, torch.float32)), dim=self.softmax_dim)
+            probs = torch.softmax(routed.to(torch.promote_types(x.dtype, torch.float32)), dim=self.softmax_dim)
         else:
-            probs = logits
-        top, index = probs.topk(self.top_k, dim=-1, largest=self.largest)
+            probs = routed
+        top, index = probs.topk(self.top_k, dim=self.topk_dim, largest=self.largest)
         if self.renorm:
             top = top / top.sum(dim=-1, keepdim=True)
         if not self.weighted:
@@ -379,12 +401,21 @@ def _moe_variant(name: str, **flags) -> type[_MoE]:
 # ---------------------------------------------------------------------------------------------
 # load_balancing_loss(router_logits, top_k)
 # ---------------------------------------------------------------------------------------------
-def _balance(router_logits, top_k, *, factor="E", norm="NK", f_kind="count", p_kind="softmax", total=True):
+def _balance(router_logits, top_k, *, factor="E", norm="NK", f_kind="count", p_kind="softmax", total=True,
+             topk_dim=-1):
     n, e = router_logits.shape
     probs = torch.softmax(router_logits.to(torch.promote_types(router_logits.dtype, torch.float32)), dim=-1)
     index = probs.topk(top_k, dim=-1).indices
+    if topk_dim == 0:  # the top K tokens of each expert: (K, E) indices of tokens
+        index = probs.topk(top_k, dim=0).indices
     if f_kind == "count":
         f = torch.bincount(index.reshape(-1), minlength=e).to(probs.dtype)
+    elif f_kind == "straight":  # straight-through: the counts' value, the probabilities' gradient
+        mask = F.one_hot(index, e).sum(1).to(probs.dtype)  # (N, E)
+        f = (mask + probs - probs.detach()).sum(0)
+    elif f_kind == "ratio":  # the counts weighted by p / p.detach(): the value of a count, a gradient
+        mask = F.one_hot(index, e).sum(1).to(probs.dtype)  # (N, E)
+        f = (mask * probs / probs.detach()).sum(0)
     elif f_kind == "top1":
         f = torch.bincount(index[:, 0], minlength=e).to(probs.dtype) * top_k
     else:  # soft: the mean probability, times N·K so the division below gives P
@@ -394,6 +425,8 @@ def _balance(router_logits, top_k, *, factor="E", norm="NK", f_kind="count", p_k
         P = probs.mean(0)
     elif p_kind == "logits":
         P = router_logits.to(probs.dtype).mean(0)
+    elif p_kind == "kept":  # only the top-K probabilities, the others as 0
+        P = torch.zeros_like(probs).scatter(1, index, probs.gather(1, index)).mean(0)
     else:  # softmax over the tokens
         P = torch.softmax(router_logits.to(probs.dtype), dim=0).mean(0)
     loss = f * P if not total else (f * P).sum()
@@ -426,6 +459,22 @@ def _balance_P_tokens(router_logits, top_k):
 
 def _balance_per_expert(router_logits, top_k):
     return _balance(router_logits, top_k, total=False)
+
+
+def _balance_straight_through(router_logits, top_k):
+    return _balance(router_logits, top_k, f_kind="straight")
+
+
+def _balance_ratio(router_logits, top_k):
+    return _balance(router_logits, top_k, f_kind="ratio")
+
+
+def _balance_P_kept(router_logits, top_k):
+    return _balance(router_logits, top_k, p_kind="kept")
+
+
+def _balance_topk_tokens(router_logits, top_k):
+    return _balance(router_logits, top_k, topk_dim=0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -526,6 +575,8 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("no softmax", HINTS["no_softmax"], _moe_variant("NoSoftmaxMoE", use_softmax=False)),
         Mistake("expert outputs not weighted", HINTS["unweighted"], _moe_variant("UnweightedMoE", weighted=False)),
         Mistake("expert layers called directly", HINTS["expert_parts"], _moe_variant("PartsMoE", parts=True)),
+        Mistake("router detached", HINTS["router_detached"], _moe_variant("DetachedMoE", detach=True)),
+        Mistake("top-K over the tokens", HINTS["topk_tokens"], _moe_variant("TokenTopkMoE", topk_dim=0)),
     ),
     "load_balancing_loss": (
         Mistake("no factor E", HINTS["no_E"], _balance_no_E),
@@ -535,6 +586,10 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("P from the logits", HINTS["P_logits"], _balance_P_logits),
         Mistake("softmax over the tokens", HINTS["P_tokens"], _balance_P_tokens),
         Mistake("per-expert vector", HINTS["per_expert"], _balance_per_expert),
+        Mistake("straight-through f", HINTS["f_gradient"], _balance_straight_through),
+        Mistake("f = counts · p / p.detach()", HINTS["f_gradient"], _balance_ratio),
+        Mistake("P of the kept probabilities", HINTS["P_kept"], _balance_P_kept),
+        Mistake("top-K over the tokens", HINTS["topk_tokens_loss"], _balance_topk_tokens),
     ),
     "route_with_capacity": (
         Mistake("token by token", HINTS["token_major"], _route_token_major),

@@ -157,3 +157,34 @@ def test_hf_load_balancing_loss_is_top_k_times_the_courses():
     balanced = circulant_logits([2.0, 1.0, 0.0, -1.5]).float()
     assert float(ref.load_balancing_loss(balanced, 2)) == pytest.approx(1.0, abs=1e-6)
     assert float(modeling.load_balancing_loss_func((balanced,), num_experts=4, top_k=2)) == pytest.approx(2.0, abs=1e-5)
+
+
+def test_a_load_error_inside_the_experts_points_to_swiglu_not_to_the_router():
+    """A SwiGLU with biases inside a MoE: every bad key is experts.N.*.bias, so the hint names
+    exercise 3's SwiGLU (not "the router has no bias", which the review saw)."""
+    namespace = dict(vars(ref))
+
+    class BiasSwiGLU(nn.Module):
+        def __init__(self, d_model, d_ff):
+            super().__init__()
+            self.gate_proj, self.up_proj = nn.Linear(d_model, d_ff), nn.Linear(d_model, d_ff)
+            self.down_proj = nn.Linear(d_ff, d_model)
+
+        def forward(self, x):
+            return self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    class BiasedRouterMoE(ref.MoE):
+        def __init__(self, d_model, d_ff, num_experts, top_k):
+            super().__init__(d_model, d_ff, num_experts, top_k)
+            self.gate = nn.Linear(d_model, num_experts)
+
+    def moe_with_biased_experts(d_model, d_ff, num_experts, top_k):
+        moe = ref.MoE(d_model, d_ff, num_experts, top_k)
+        moe.experts = nn.ModuleList(BiasSwiGLU(d_model, d_ff) for _ in range(num_experts))
+        return moe
+
+    case = next(c for c in cases_for("05_feed_forward", "MoE") if c.part == "core" and not c.hidden)
+    for cls, says in ((moe_with_biased_experts, "your SwiGLU from exercise 3"), (BiasedRouterMoE, "router has no bias")):
+        namespace["MoE"] = cls
+        result = judge_case(case, [run_call(call, namespace) for call in case.calls])
+        assert result.status == "failed" and says in result.message, result.message

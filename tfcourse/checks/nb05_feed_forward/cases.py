@@ -133,12 +133,22 @@ LOAD_HINTS = {
                  "grader loads gate.weight, experts.0.gate_proj.weight, ...",
         "bias": "the router has no bias: gate = nn.Linear(d_model, num_experts, bias=False)",
         "size": "gate is nn.Linear(d_model, num_experts) (weight (E, D)); each expert is SwiGLU(d_model, d_ff)",
+        "expert": "the keys that did not load are all inside the experts (experts.N.…): they are your SwiGLU "
+                  "from exercise 3, which must hold exactly gate_proj.weight, up_proj.weight and down_proj.weight (nn.Linear "
+                  "without bias): fix SwiGLU first, its check cell (test_SwiGLU) says what is wrong",
     },
 }
 
 
+EXPERT_KEY = re.compile(r"experts\.\d+\.")
+
+
 def _load_hint(exercise: str, lines: list[str]) -> str | None:
     hints = LOAD_HINTS[exercise]
+    keys = [k for ln in lines for k in re.findall(r'"([^"]+)"', ln)]
+    keys += [m for ln in lines for m in re.findall(r"size mismatch for ([\w.]+)", ln)]
+    if exercise == "MoE" and keys and all(EXPERT_KEY.match(k) for k in keys):
+        return hints["expert"]  # every bad key is inside an expert: the learner's SwiGLU, not the router
     unexpected = any(ln.startswith("Unexpected") for ln in lines)
     missing = [ln for ln in lines if ln.startswith("Missing")]
     if unexpected:

@@ -146,9 +146,11 @@ EXPERT_KEY = re.compile(r"experts\.\d+\.")
 def _load_hint(exercise: str, lines: list[str]) -> str | None:
     hints = LOAD_HINTS[exercise]
     keys = [k for ln in lines for k in re.findall(r'"([^"]+)"', ln)]
-    keys += [m for ln in lines for m in re.findall(r"size mismatch for ([\w.]+)", ln)]
-    if exercise == "MoE" and keys and all(EXPERT_KEY.match(k) for k in keys):
-        return hints["expert"]  # every bad key is inside an expert: the learner's SwiGLU, not the router
+    own = [k for ln in lines if not ln.startswith("Unexpected") for k in re.findall(r'"([^"]+)"', ln)]
+    own += [m for ln in lines for m in re.findall(r"size mismatch for ([\w.]+)", ln)]
+    if exercise == "MoE" and own and all(EXPERT_KEY.match(k) for k in keys + own):
+        # every bad key is inside experts the module does have (not a plain list): the learner's SwiGLU
+        return hints["expert"]
     unexpected = any(ln.startswith("Unexpected") for ln in lines)
     missing = [ln for ln in lines if ln.startswith("Missing")]
     if unexpected:

@@ -48,8 +48,9 @@ def _run(exercise: str, obj, part: str | None = None) -> None:
 def check_gelu(gelu, part: str | None = None) -> None:
     """Check ``gelu(x, approximate="none")`` against F.gelu.
 
-    part: "core" (the exact form, float32/float64, the ValueError) or "tanh" (the tanh form, and
-    float16/bfloat16 for both forms), the two test cells that score it; None checks both."""
+    part: "core" (the exact form, float32/float64) or "tanh" (the tanh form, float16/bfloat16 for
+    both forms, and the ValueError for another `approximate`), the two test cells that score it;
+    None checks both."""
     _run("gelu", gelu, part)
 
 

@@ -161,6 +161,18 @@ WRONG: dict[str, list[Entry]] = {
             ''', hint="GELU goes between the layers"),
     ],
     "SwiGLU": [
+        _e("SwiGLU computed in float32 inside", '''
+            class SwiGLU(nn.Module):
+                def __init__(self, d_model, d_ff):
+                    super().__init__()
+                    self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+                    self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+                    self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+                def forward(self, x):
+                    gate, up = self.gate_proj(x).float(), self.up_proj(x).float()  # "stable" float32 SiLU
+                    return self.down_proj((gate * torch.sigmoid(gate) * up).to(x.dtype))
+            ''', hint="off by float32 rounding"),
         _e("sigmoid gate (GLU)", '''
             class SwiGLU(nn.Module):
                 def __init__(self, d_model, d_ff):
@@ -229,6 +241,17 @@ WRONG: dict[str, list[Entry]] = {
             ''', hint="GeGLU"),
     ],
     "swiglu_hidden_dim": [
+        _e("numpy int64 returned", '''
+            import numpy as np
+
+            def swiglu_hidden_dim(d_model, multiple_of=256, ffn_dim_multiplier=None):
+                if not isinstance(d_model, int) or not isinstance(multiple_of, int) or d_model <= 0 or multiple_of <= 0:
+                    raise ValueError("positive ints only")
+                hidden = int(2 * 4 * d_model / 3)
+                if ffn_dim_multiplier is not None:
+                    hidden = int(ffn_dim_multiplier * hidden)
+                return np.int64(multiple_of * np.ceil(hidden / multiple_of))
+            ''', hint="a numpy int64 is not a Python int"),
         _e("rounded down", '''
             def swiglu_hidden_dim(d_model, multiple_of=256, ffn_dim_multiplier=None):
                 if not isinstance(d_model, int) or not isinstance(multiple_of, int) or d_model <= 0 or multiple_of <= 0:

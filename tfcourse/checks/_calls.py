@@ -164,7 +164,7 @@ class Call:
             text += f", called on ({', '.join(fparts)})"
         for step in self.steps:
             owner = f"<{step.on}>" if step.on else "it"
-            if step.method == "__index__" and not step.on:
+            if (step.method == "__index__" or (step.method == "numerator" and step.attribute)) and not step.on:
                 text += ", which must be a Python int"
                 continue
             if step.attribute:

@@ -200,7 +200,8 @@ def _gelu_case(title: str, x: torch.Tensor, approximate: str | None, seed: int |
     def judge(j: Judge) -> None:
         got = _get(j, shape=tuple(x.shape), dtype=x.dtype)
         expected = F.gelu(x.double() if x.dtype in HALF else x, approximate=form)
-        j.close(got, expected, oracle=oracle, tol_dtype=x.dtype if x.dtype in HALF else None)
+        j.close(got, expected, oracle=oracle, tol_dtype=x.dtype if x.dtype in HALF else None,
+                hint=float64_hint(j, got, expected))
 
     return _case("gelu", title, [Call("gelu", (x,), kwargs)], judge, seed=seed, part=part)
 
@@ -268,11 +269,24 @@ def swiglu_oracle(x: torch.Tensor, state: dict[str, torch.Tensor], prefix: str =
     return F.linear(F.silu(gate) * up, state[f"{prefix}down_proj.weight"].double())
 
 
+def float64_hint(j: Judge, got: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """For a float64 answer that misses float64 tolerance: the catalogue's hint, else the float32
+    hint when it is off by float32 rounding only (computed in float32 inside and cast back). None
+    when it passes (the catalogue is run only for a failure)."""
+    if got.dtype != F64 or expected.dtype != F64 or torch.allclose(got, expected, atol=1e-10, rtol=1e-7):
+        return None
+    hint = j.mistake_hint()
+    if hint is None and torch.allclose(got, expected, atol=1e-5, rtol=1e-4):
+        hint = HINTS["float32_inside"]
+    return hint
+
+
 def _module_case(exercise: str, title: str, args: tuple, kwargs: dict, state: dict, x: torch.Tensor, seed: int,
                  oracle: Callable[[torch.Tensor, dict], torch.Tensor], oracle_name: str) -> Case:
     def judge(j: Judge) -> None:
         got = _get(j, shape=tuple(x.shape), dtype=x.dtype)
-        j.close(got, oracle(x, state).to(x.dtype), oracle=oracle_name)
+        want = oracle(x, state).to(x.dtype)
+        j.close(got, want, oracle=oracle_name, hint=float64_hint(j, got, want))
 
     call = Call(exercise, args, kwargs, state=state, forward_args=(x,))
     return _case(exercise, title, [call], judge, seed=seed)
@@ -320,8 +334,13 @@ def judge_hidden_dim(j: Judge, want: int | None = None, expected_call: int | Non
     o = j.outcomes[0]
     if o.kind == "error" and o.error_type == "AttributeError" and "numerator" in o.error_message:
         found = re.match(r"'([\w.]+)' object", o.error_message)
-        j.fail(f"returned a {found.group(1) if found else 'value that is not an int'}; expected a Python int",
-               hint=HINTS["python_int"])
+        name = found.group(1).replace("numpy.", "numpy ") if found else "value that is not an int"
+        j.fail(f"returned a {name}; expected a Python int", hint=HINTS["python_int"])
+    numpy_int = re.fullmatch(r"tuple of \((u?int\d+)\)", o.type_name) if o.kind == "bad_type" else None
+    if numpy_int:  # a numpy integer has .numerator too, but is not a Python int
+        j.fail(f"returned a numpy {numpy_int.group(1)}; expected a Python int",
+               hint=f"a numpy {numpy_int.group(1)} is not a Python int: return int(...) of it, or keep to Python "
+                    "ints (// and math.ceil give ints)")
     if o.kind == "bad_type" or (o.ok and (len(o.tensors) != 1 or o.tensors[0].dtype != torch.int64)):
         j.fail(f"returned {o.type_name or 'a value that is not an int'}; expected a Python int",
                hint=HINTS["python_int"])

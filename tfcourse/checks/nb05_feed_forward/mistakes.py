@@ -42,6 +42,9 @@ HINTS = {
                      "(x + 0.044715·x³)",
     "float64_down": "upcast half precision only: .float() turns float64 input into float32; keep float64 as "
                     "it is (h = x.to(torch.promote_types(x.dtype, torch.float32)))",
+    "float32_inside": "float64 in, float64 all the way: this is off by float32 rounding (~1e-7), so part of it "
+                      "ran in float32 (.float(), dtype=torch.float32): upcast half precision only, "
+                      "h = x.to(torch.promote_types(x.dtype, torch.float32))",
     "float32_out": "you computed in float32: cast the result back with .to(x.dtype) before returning",
     "cast_back": "a float32 softmax is fine, a float32 result is not: cast it back to the dtype of {what} "
                  "(.to({what}.dtype)) before returning",

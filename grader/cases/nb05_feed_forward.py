@@ -2,7 +2,7 @@
 
 The visible cases come from ``tfcourse.checks.nb05_feed_forward``; the hidden ones below compare
 with the reference solution on inputs drawn from the grader's seed: other shapes and widths,
-float64 and float32, GELU on |x| up to ~12 in both forms, FeedForward and SwiGLU with weights
+float64 and float32, GELU on random x of spread up to 12 (|x| up to ~40) in both forms, FeedForward and SwiGLU with weights
 loaded by name (with and without bias), float16/bfloat16 inputs for gelu (part "tanh"),
 FeedForward and SwiGLU (``half.py``: compared with the reference computed in float64), more
 Llama-rule widths, MoE with E = 2 … 8 and K = 1 … 3 (values, and the rows each expert receives for

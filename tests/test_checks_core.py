@@ -381,3 +381,24 @@ def test_a_function_call_can_return_the_gradients_of_its_arguments():
 def grad_output_for_scalar() -> torch.Tensor:
     from tfcourse.checks._calls import grad_output_for
     return grad_output_for(torch.zeros((), dtype=torch.float64))
+
+
+def test_a_mistake_matches_at_the_tolerance_the_case_judges_with():
+    """A float64 answer judged at float32 level (atol 1e-5) that makes a catalogued mistake in
+    float64 gets the hint of that mistake written in float32 (they differ by ~1e-7, far above
+    float64's tolerance but within the case's)."""
+    x = torch.linspace(-2, 2, 12, dtype=torch.float64)
+
+    def wrong64(t):
+        return torch.sin(t) * 1.5
+
+    def wrong32(t):
+        return (torch.sin(t.float()) * 1.5).to(t.dtype)
+
+    def judge(j):
+        j.close(j.tensor(shape=(12,), dtype=torch.float64), torch.sin(x), oracle="sin", atol=1e-5, rtol=1e-5)
+
+    case = Case("f", "sin", [Call("f", (x,))], judge, mistakes=(Mistake("scaled", "do not scale by 1.5", wrong32),))
+    result = judge_case(case, [run_call(Call("f", (x,)), {"f": wrong64})])
+    assert result.status == "failed" and "do not scale by 1.5" in result.message
+    assert (wrong64(x) - wrong32(x)).abs().max() > 1e-9  # the old 10x-float64 match would miss it

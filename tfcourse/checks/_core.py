@@ -252,7 +252,7 @@ class Judge:
                 idx = tuple(int(i) for i in wrong.nonzero()[0])
                 self.fail(f"{name} shape {_fmt_shape(actual.shape)} ✓; {int(wrong.sum())} of {a.numel()} "
                           f"entries differ, first at {list(idx)}: got {bool(a[idx])}, {oracle} {bool(e[idx])}",
-                          hint=hint or self.mistake_hint(call, index))
+                          hint=hint or self.mistake_hint(call, index, atol=atol, rtol=rtol))
             return
         a = actual.detach().to(torch.float64)
         e = expected.detach().to(torch.float64)
@@ -261,7 +261,7 @@ class Judge:
             idx = tuple(int(i) for i in (nan_a & ~nan_e).nonzero()[0])
             self.fail(f"{name} shape {_fmt_shape(actual.shape)} ✓; it holds NaN at {list(idx)} "
                       f"where {oracle} is {_fmt_num(float(e[idx]))}",
-                      hint=hint or self.mistake_hint(call, index))
+                      hint=hint or self.mistake_hint(call, index, atol=atol, rtol=rtol))
         both_inf = torch.isinf(a) & torch.isinf(e) & (torch.sign(a) == torch.sign(e))
         diff = torch.where(both_inf | (nan_a & nan_e), torch.zeros_like(a), (a - e).abs())
         diff = torch.nan_to_num(diff, nan=math.inf, posinf=math.inf)  # inf stays inf (not float max)
@@ -274,7 +274,7 @@ class Judge:
                 f"{name} shape {_fmt_shape(actual.shape)} ✓; largest difference {_fmt_num(float(diff[idx]))} "
                 f"at {list(idx)}: got {_fmt_num(float(a[idx]))}, {oracle} {_fmt_num(float(e[idx]))}",
                 f"tolerance: atol {atol:g} + rtol {rtol:g}·|{oracle}| ({_fmt_dtype(tol_dtype)})",
-                hint=hint or self.mistake_hint(call, index),
+                hint=hint or self.mistake_hint(call, index, atol=atol, rtol=rtol),
             )
 
     def match_reference(self, *, n: int = 1, names: Sequence[str] | None = None,
@@ -298,7 +298,8 @@ class Judge:
                            atol=atol, rtol=rtol, call=call, index=index, oracle="reference")
 
     # -- hints -----------------------------------------------------------------------------
-    def mistake_hint(self, call: int = 0, index: int = 0, *, check_shape_only: bool = False) -> str | None:
+    def mistake_hint(self, call: int = 0, index: int = 0, *, check_shape_only: bool = False,
+                     atol: float | None = None, rtol: float | None = None) -> str | None:
         """The hint of the one catalogued mistake that explains this answer on this case, or None.
 
         A mistake explains the answer when it reproduces it on *every* call of the case that runs
@@ -310,6 +311,8 @@ class Judge:
         two or more fit, this case cannot tell them apart and no hint is shown (a hint naming a
         mistake the learner did not make misleads more than none; the failure lines still say
         what went wrong). ``index`` is kept for callers; every returned tensor is compared.
+        ``atol``/``rtol``: the tolerance the case judges with, when looser (a float64 answer judged at
+        float32 level matches a mistake computed in float32 at that level, not at float64's).
         """
         if not self.outcomes[call].ok or not self.case.mistakes:
             return None
@@ -319,7 +322,8 @@ class Judge:
         for mistake in self.case.mistakes:
             if mistake.hint in hints:
                 continue
-            if all(_same_outcome(o, self._mistake_outcome(mistake, i), shape_only=check_shape_only)
+            if all(_same_outcome(o, self._mistake_outcome(mistake, i), shape_only=check_shape_only,
+                                 floor=(atol or 0.0, rtol or 0.0))
                    for i, o in mine):
                 hints.append(mistake.hint)
                 if len(hints) > 1:
@@ -336,16 +340,19 @@ class Judge:
         return self._mistake_outcomes[key]
 
 
-def _same_outcome(mine: Outcome, wrong: Outcome, *, shape_only: bool) -> bool:
+def _same_outcome(mine: Outcome, wrong: Outcome, *, shape_only: bool,
+                  floor: tuple[float, float] = (0.0, 0.0)) -> bool:
     if mine.ok != wrong.ok:
         return False
     if not mine.ok:
         return mine.kind == wrong.kind and mine.error_type == wrong.error_type \
             and mine.type_name == wrong.type_name
-    return len(mine.tensors) == len(wrong.tensors) and _same(mine.tensors, wrong.tensors, shape_only=shape_only)
+    return len(mine.tensors) == len(wrong.tensors) and _same(mine.tensors, wrong.tensors, shape_only=shape_only,
+                                                             floor=floor)
 
 
-def _same(a: list[torch.Tensor], b: list[torch.Tensor], *, shape_only: bool) -> bool:
+def _same(a: list[torch.Tensor], b: list[torch.Tensor], *, shape_only: bool,
+          floor: tuple[float, float] = (0.0, 0.0)) -> bool:
     for x, y in zip(a, b, strict=True):
         if x.shape != y.shape:
             return False
@@ -358,7 +365,8 @@ def _same(a: list[torch.Tensor], b: list[torch.Tensor], *, shape_only: bool) -> 
         dtype = y.dtype if y.is_floating_point() else torch.float64
         atol, rtol = tolerance(dtype)
         factor = 2 if dtype in HALF_TOLERANCE else 10
-        if not torch.allclose(x.double(), y.double(), atol=atol * factor, rtol=rtol * factor, equal_nan=True):
+        atol, rtol = max(atol * factor, floor[0]), max(rtol * factor, floor[1])
+        if not torch.allclose(x.double(), y.double(), atol=atol, rtol=rtol, equal_nan=True):
             return False
     return True
 

@@ -392,8 +392,8 @@ def test_a_mistake_matches_at_the_tolerance_the_case_judges_with():
     def wrong64(t):
         return torch.sin(t) * 1.5
 
-    def wrong32(t):
-        return (torch.sin(t.float()) * 1.5).to(t.dtype)
+    def wrong32(t):  # float32 arithmetic, and a float32-sized offset: 2e-6 from wrong64
+        return (torch.sin(t.float()) * 1.5).to(t.dtype) + 2e-6
 
     def judge(j):
         j.close(j.tensor(shape=(12,), dtype=torch.float64), torch.sin(x), oracle="sin", atol=1e-5, rtol=1e-5)
@@ -401,4 +401,5 @@ def test_a_mistake_matches_at_the_tolerance_the_case_judges_with():
     case = Case("f", "sin", [Call("f", (x,))], judge, mistakes=(Mistake("scaled", "do not scale by 1.5", wrong32),))
     result = judge_case(case, [run_call(Call("f", (x,)), {"f": wrong64})])
     assert result.status == "failed" and "do not scale by 1.5" in result.message
-    assert (wrong64(x) - wrong32(x)).abs().max() > 1e-9  # the old 10x-float64 match would miss it
+    old_match = torch.allclose(wrong64(x), wrong32(x), atol=1e-9, rtol=1e-6)  # 10x float64's tolerance
+    assert not old_match

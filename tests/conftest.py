@@ -30,3 +30,17 @@ def executed_solutions():
         return done[path]
 
     return run
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    """The in-process checks run thousands of tiny tensor ops, for which a second thread only adds
+    contention on a 2-core machine (the grader's children run on one thread for the same reason,
+    and notebooks and graders run in processes of their own). Measured by the notebook 06 helper
+    on the shared machine: one wrong DecoderLM check 7.6 s with two threads, 0.56 s with one."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -10,6 +10,7 @@ import torch
 from tfcourse.checks import Call, CheckFailed, run_call
 from tfcourse.checks._calls import (
     DEVICE,
+    FORBIDDEN_SHAPE,
     TorchModule,
     call_from_json,
     call_to_json,
@@ -351,6 +352,43 @@ def test_count_rows_of_counts_the_rows_each_child_receives():
     nothing = run_call(Call("_Router", (True,), forward_args=(torch.ones(1, 5, 4),), count_rows_of="gate"),
                        {"_Router": _Router})
     assert nothing.error_type == "AttributeError" and "`gate`" in nothing.error_message
+
+
+class _Projector(torch.nn.Module):
+    """(B, S, 3) -> (B, S, 2); ``wide`` computes a (B, S, 6) intermediate on the way."""
+
+    def __init__(self, wide: bool):
+        super().__init__()
+        self.proj = torch.nn.Linear(3, 6, bias=False)
+        self.wide = wide
+
+    def forward(self, x):
+        if self.wide:
+            return self.proj(x)[..., :2]
+        w = self.proj.weight.T  # (3, 6): ends with 6, but not with (S, 6)
+        return torch.einsum("bsc,ck->bsk", x, w[:, :2])
+
+
+def test_forbid_shapes_refuses_an_intermediate_that_ends_with_a_forbidden_shape():
+    from tfcourse.checks import Step
+
+    x = torch.ones(2, 5, 3)
+    call = Call("_Projector", (True,), steps=(Step("__call__", (x,)),), forbid_shapes=((5, 6), (-1, 4, 6)))
+    tensors: dict = {}
+    back = call_from_json(call_to_json(call, tensors, "f"), tensors)
+    assert back.forbid_shapes == ((5, 6), (-1, 4, 6))
+    wide = run_call(back, {"_Projector": _Projector})
+    assert wide.error_type == FORBIDDEN_SHAPE and "(2, 5, 6)" in wide.error_message and "linear" in wide.error_message
+    narrow = run_call(back, {"_Projector": lambda wide: _Projector(False)})
+    assert narrow.ok and tuple(narrow.tensors[0].shape) == (2, 5, 2)
+    # without the option the same call passes, and the forward call (not only steps) is watched
+    assert run_call(Call("_Projector", (True,), steps=(Step("__call__", (x,)),)), {"_Projector": _Projector}).ok
+    forward = run_call(Call("_Projector", (True,), forward_args=(x,), forbid_shapes=((5, 6),)),
+                       {"_Projector": _Projector})
+    assert forward.error_type == FORBIDDEN_SHAPE
+    # building the module (its (6, 3) weight) is not watched; a pattern must match every trailing size
+    assert run_call(Call("_Projector", (True,), forward_args=(x,), forbid_shapes=((6, 3), (4, 6))),
+                    {"_Projector": _Projector}).ok
 
 
 def test_a_function_call_can_return_the_gradients_of_its_arguments():

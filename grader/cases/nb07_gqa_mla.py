@@ -24,6 +24,7 @@ from tfcourse.checks.nb07_gqa_mla import EXERCISES, MISTAKES, visible_cases
 from tfcourse.checks.nb07_gqa_mla.cases import (
     ATTN_TOL,
     LOADER,
+    absorb_forbidden,
     chunked_steps,
     gqa_state,
     mla_state,
@@ -160,8 +161,8 @@ def _mla(seed: int) -> list[Case]:
         (2, 32, 4, 12, 8, 4, 6, None, (7,), torch.float64, False, "core"),
         (1, 24, 3, 10, 6, 6, 8, 12, (5,), torch.float32, False, "core"),
         (2, 16, 2, 8, 4, 4, 4, 8, (3, 1, 2, 1), torch.float64, False, "cache"),
-        (2, 16, 4, 6, 6, 2, 4, None, (4, 1, 1), torch.float64, True, "absorb"),
-        (1, 16, 2, 8, 4, 4, 6, 6, (5,), torch.float32, True, "absorb"),
+        (2, 16, 4, 9, 6, 2, 4, None, (4, 1, 2), torch.float64, True, "absorb"),
+        (1, 16, 2, 8, 4, 2, 6, 6, (5,), torch.float32, True, "absorb"),
     ]
     for i, (b, d, h, dc, dn, dr, dv, dq, chunks, dtype, absorb, part) in enumerate(configs):
         s = seed * 1000 + 400 + i
@@ -177,10 +178,13 @@ def _mla(seed: int) -> list[Case]:
                 Step("c_kv", on="c", attribute=True), Step("k_rope", on="c", attribute=True))
         what = "no cache" if len(chunks) == 1 else f"a LatentCache, chunks {list(chunks)}, then its c_kv and k_rope"
         out.append(_hidden("MultiHeadLatentAttention", f"{what}, D = {d}, H = {h}, Dc = {dc}, dn = {dn}, dr = {dr}, "
-                           f"dv = {dv}, q_lora_rank = {dq}" + (", absorb=True (kv_b_proj's rows counted)" if absorb
-                                                               else "") + f", {_fmt_dtype(dtype)}",
+                           f"dv = {dv}, q_lora_rank = {dq}" + (", absorb=True (kv_b_proj's rows counted, K and V "
+                                                               "per head refused)" if absorb else "")
+                           + f", {_fmt_dtype(dtype)}",
                            [Call("MultiHeadLatentAttention", (d, h, dc, dn, dr, dv), kwargs, state=state, steps=steps,
-                                 count_rows_of="kv_b_proj" if absorb else "")], s, part=part, dtype=dtype))
+                                 count_rows_of="kv_b_proj" if absorb else "",
+                                 forbid_shapes=absorb_forbidden(b, h, dc, dn, dr, dv, chunks) if absorb else ())],
+                           s, part=part, dtype=dtype))
     return out
 
 

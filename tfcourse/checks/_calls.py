@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Call", "DEVICE", "Instance", "MODIFIED_INPUT", "NO_GRADIENT", "grad_output_for", "Step", "TorchModule",
+__all__ = ["Call", "DEVICE", "FORBIDDEN_SHAPE", "Instance", "MODIFIED_INPUT", "NO_GRADIENT", "grad_output_for", "Step", "TorchModule",
            "Outcome", "load_parameters", "run_call", "TORCH_MODULES"]
 
 # An argument that stands for "the device the check runs on" (cpu in a notebook, the grader's
@@ -143,6 +143,11 @@ class Call:
     # one more tensor at the end, int64 (number of children,). A submodule without children
     # (an nn.Linear such as MLA's ``kv_b_proj``) is counted itself: (1,)
     count_rows_of: str = ""
+    # shapes no tensor computed while the forward call and the steps run may end with: each a tuple
+    # of sizes matched against an op's output's trailing dimensions (-1 matches any size), e.g.
+    # ((5, 33),) refuses (B, 5, 33) and (5, 33). The outcome is then an error of type
+    # FORBIDDEN_SHAPE naming the op (a rule the task states: a tensor the answer must not build).
+    forbid_shapes: tuple[tuple[int, ...], ...] = ()
 
     def on_device(self) -> bool:
         """Whether the answer should live on the run's device: a tensor argument or DEVICE
@@ -175,6 +180,8 @@ class Call:
             text += f", then {owner}{name}({', '.join(sparts)})"
         if self.count_rows_of:
             text += f", counting the rows each of `{self.count_rows_of}` receives"
+        if self.forbid_shapes:
+            text += ", watching the shape of every intermediate tensor"
         if self.grad_of:
             text += ", then backward: the gradients of " + ", ".join(f"`{n}`" for n in self.grad_of)
         return text
@@ -339,6 +346,51 @@ def outcome_of_exception(exc: BaseException) -> Outcome:
 MODIFIED_INPUT = "ModifiedInput"
 # The error type of a module whose parameter got no gradient from a backward pass (Call.grad_of).
 NO_GRADIENT = "NoGradient"
+# The error type of an answer that computed a tensor of a shape the call forbids (Call.forbid_shapes).
+FORBIDDEN_SHAPE = "ForbiddenShape"
+
+
+class _ShapeMode(torch.overrides.TorchFunctionMode):
+    """Records the first torch op whose output (or one of its outputs) ends with a forbidden shape."""
+
+    def __init__(self, patterns: tuple[tuple[int, ...], ...]) -> None:
+        super().__init__()
+        self.patterns = patterns
+        self.found = ""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not self.found:
+            for _, t in _tensor_leaves(out, ""):
+                shape = tuple(t.shape)
+                if any(len(shape) >= len(p) and all(w in (-1, n) for w, n in zip(p, shape[len(shape) - len(p):],
+                                                                                   strict=True))
+                       for p in self.patterns):
+                    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+                    self.found = f"`{name}` computed a tensor of shape {shape}"
+                    break
+        return out
+
+
+class _ShapeWatch:
+    """``with watch:`` runs code under a :class:`_ShapeMode` when ``patterns`` is not empty;
+    ``outcome()`` is then the FORBIDDEN_SHAPE error outcome, or None."""
+
+    def __init__(self, patterns: tuple[tuple[int, ...], ...]) -> None:
+        self.mode = _ShapeMode(patterns) if patterns else None
+
+    def __enter__(self) -> None:
+        if self.mode is not None:
+            self.mode.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.mode is not None:
+            self.mode.__exit__(*exc)
+
+    def outcome(self) -> Outcome | None:
+        if self.mode is None or not self.mode.found:
+            return None
+        return Outcome("error", error_type=FORBIDDEN_SHAPE, error_message=self.mode.found)
 
 
 def grad_output_for(output: torch.Tensor) -> torch.Tensor:
@@ -488,6 +540,7 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
             return rows
         results: list[Any] = []
         built = result
+        shapes = _ShapeWatch(call.forbid_shapes)
         if call.forward_args is not None:
             if not isinstance(result, torch.nn.Module):
                 return Outcome("bad_type", type_name=f"{type(result).__name__} (expected an nn.Module)")
@@ -500,10 +553,12 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
                 if isinstance(result, Outcome):
                     return result
             else:
-                with torch.no_grad():
+                with torch.no_grad(), shapes:
                     result = result(*forward_args, **forward_kwargs)
             if (modified := _modified(watched)) is not None:
                 return modified
+            if (forbidden := shapes.outcome()) is not None:
+                return forbidden
             results.append(result)
         for step in call.steps:
             owner = built if not step.on else instances.by_key.get(step.on)
@@ -522,10 +577,12 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
             step_args = _materialize(step.args, device, instances)
             step_kwargs = _materialize(step.kwargs, device, instances)
             watched = _watch(signature_of, step_args, step_kwargs)
-            with torch.no_grad():
+            with torch.no_grad(), shapes:
                 value = fn(*step_args, **step_kwargs)
             if (modified := _modified(watched)) is not None:
                 return modified
+            if (forbidden := shapes.outcome()) is not None:
+                return forbidden
             results.append(value)
         if rows is not None:
             results.append(rows.counts())
@@ -633,6 +690,7 @@ def call_to_json(call: Call, tensors: dict[str, torch.Tensor], prefix: str) -> d
         "steps": [{"method": st.method, "args": enc(st.args), "kwargs": enc(st.kwargs), "on": st.on,
                    "attribute": bool(st.attribute)} for st in call.steps],
         "count_rows_of": call.count_rows_of,
+        "forbid_shapes": [[int(n) for n in p] for p in call.forbid_shapes],
     }
 
 
@@ -665,6 +723,7 @@ def call_from_json(spec: dict, tensors: dict[str, torch.Tensor]) -> Call:
         steps=tuple(Step(str(st["method"]), dec(st["args"]), dec(st["kwargs"]), str(st["on"]),
                          bool(st["attribute"])) for st in spec.get("steps", [])),
         count_rows_of=str(spec.get("count_rows_of", "")),
+        forbid_shapes=tuple(tuple(int(n) for n in p) for p in spec.get("forbid_shapes", [])),
     )
 
 

@@ -34,7 +34,15 @@ from typing import Any, NoReturn
 import torch
 
 from ..notebook import bound_names, demo_names, normalise_source
-from ._calls import MODIFIED_INPUT, NO_GRADIENT, Call, Outcome, _globals_of, run_call
+from ._calls import (
+    FORBIDDEN_SHAPE,
+    MODIFIED_INPUT,
+    NO_GRADIENT,
+    Call,
+    Outcome,
+    _globals_of,
+    run_call,
+)
 
 __all__ = [
     "Case",
@@ -373,7 +381,8 @@ def _same(a: list[torch.Tensor], b: list[torch.Tensor], *, shape_only: bool,
 
 # Outcomes run_call makes itself (no exception was raised): their first feedback line.
 _VERDICT_ERRORS = {MODIFIED_INPUT: "changed its input in place",
-                   NO_GRADIENT: "no gradient reaches its parameters"}
+                   NO_GRADIENT: "no gradient reaches its parameters",
+                   FORBIDDEN_SHAPE: "computed a tensor of a shape the task rules out"}
 
 
 def judge_case(case: Case, outcomes: list[Outcome], expected: list[Outcome] | None = None,

@@ -26,11 +26,11 @@ import torch
 import torch.nn.functional as F
 
 from ...device import make_generator
-from .._calls import Call, Instance, Step
+from .._calls import FORBIDDEN_SHAPE, Call, Instance, Step
 from .._core import Case, Judge, _fmt_dtype
 from .mistakes import HINTS, MISTAKES
 
-__all__ = ["ATTN_TOL", "EXERCISES", "LOADER", "error_hint", "gqa_oracle", "gqa_state", "mla_oracle", "mla_state",
+__all__ = ["ATTN_TOL", "EXERCISES", "LOADER", "absorb_forbidden", "error_hint", "gqa_oracle", "gqa_state", "mla_oracle", "mla_state",
            "pooled_state", "step_tensors", "visible_cases", "with_errors", "with_weights"]
 
 EXERCISES = ("repeat_kv", "GroupedQueryAttention", "LatentCache", "MultiHeadLatentAttention",
@@ -83,6 +83,10 @@ def with_errors(judge: Callable[[Judge], None]) -> Callable[[Judge], None]:
 
     def wrapped(j: Judge) -> None:
         for i, o in enumerate(j.outcomes):
+            if o.kind == "error" and o.error_type == FORBIDDEN_SHAPE:
+                j.fail(f"with absorb=True, {o.error_message}, which holds keys or values per head (tensors "
+                       "ending with (S, H·(dn + dv)), or with (H, S, dn) / (H, S, dv) once S > T, are refused)",
+                       hint=HINTS["absorb_calls"])
             if o.kind == "bad_type" and "method" in o.type_name:
                 j.fail(f"got {o.type_name} where a value was expected", hint=HINTS["lc_property"])
             if o.kind != "error" or (j.expected is not None and j.expected[i].kind == "error"):
@@ -236,6 +240,27 @@ def mla_oracle(x: torch.Tensor, state: dict[str, torch.Tensor], h: int, dc: int,
     mask = torch.ones(s, s, dtype=torch.bool).tril()
     out = F.scaled_dot_product_attention(q, k, kv[..., dn:], attn_mask=mask, scale=1 / math.sqrt(dn + dr))
     return out.transpose(1, 2).reshape(b, s, h * dv) @ w["o_proj.weight"].T, c_kv, k_rope
+
+
+def absorb_forbidden(b: int, h: int, dc: int, dn: int, dr: int, dv: int, chunks: Sequence[int]
+                     ) -> tuple[tuple[int, ...], ...]:
+    """The trailing shapes no tensor of an absorbed MLA forward may end with (Call.forbid_shapes):
+    K and V per head, whether made by kv_b_proj or by the latent times its weight. Every S the
+    calls reach: (S, H·(dn + dv)) and (B·S, H·(dn + dv)); where S > T (a cached call):
+    (S, H, w) and (H, S, w) for w = dn, dv, dn + dv. The sizes must differ so that the absorbed
+    path's own tensors (q_nope (B, H, T, dn), its output (B, H, T, dv), the rope key broadcast
+    (B, H, S, dr), the latent (B, S, Dc), the weight's views (H, Dc, dv)) cannot match."""
+    wide = h * (dn + dv)
+    assert len({dc, dn, dv, dn + dv, wide, dr}) == 6, "Dc, dn, dv, dn + dv, H·(dn + dv) and dr must all differ"
+    found, s = set(), 0
+    for t in chunks:
+        s += t
+        assert dc not in (s, b * s), "Dc must be neither S nor B·S (kv_b_proj.weight.T is (Dc, H·(dn + dv)))"
+        found |= {(s, wide), (b * s, wide)}
+        if s > t:
+            assert s not in (*chunks, dc), "a cached S must be neither a T nor Dc (w_uv.mT is (H, Dc, dv))"
+            found |= {shape for w in (dn, dv, dn + dv) for shape in ((s, h, w), (h, s, w))}
+    return tuple(sorted(found))
 
 
 def chunked_steps(x: torch.Tensor, chunks: Sequence[int], **kwargs) -> list[Step]:
@@ -422,7 +447,8 @@ def _mla_case(title: str, seed: int, *, b: int = 2, d: int = 16, h: int = 2, dc:
     else:
         steps = [Step("__call__", (x,), fwd)]
     call = Call("MultiHeadLatentAttention", args, kwargs, state=state, steps=tuple(steps),
-                count_rows_of="kv_b_proj" if absorb else "")
+                count_rows_of="kv_b_proj" if absorb else "",
+                forbid_shapes=absorb_forbidden(b, h, dc, dn, dr, dv, chunks) if absorb else ())
     atol, rtol = ATTN_TOL[dtype]
     count = len(steps) + (1 if absorb else 0)
 
@@ -461,12 +487,13 @@ def _mla_cases() -> list[Case]:
                   chunks=(4, 1, 2), part="cache"),
         _mla_case("a LatentCache with q_lora_rank = 4, H = 3, chunks 2, 1, 1, 1, float32", 7341, h=3, dq=4,
                   chunks=(2, 1, 1, 1), dtype=f32, part="cache"),
-        _mla_case("absorb=True, no cache: the same outputs as the naive path, and kv_b_proj's forward is never "
-                  "called (its rows are counted)", 7351, h=3, absorb=True, part="absorb"),
-        _mla_case("absorb=True, q_lora_rank = 6, with a LatentCache: chunks 3, 1, 2", 7361, dq=6, chunks=(3, 1, 2),
-                  absorb=True, part="absorb"),
-        _mla_case("absorb=True, H = 4, float32", 7371, h=4, dn=4, dr=2, dv=6, dc=10, dtype=f32, absorb=True,
+        _mla_case("absorb=True, no cache, H = 3: the same outputs as the naive path; kv_b_proj's forward is never "
+                  "called (its rows are counted) and K and V are never built per head", 7351, h=3, absorb=True,
                   part="absorb"),
+        _mla_case("absorb=True, q_lora_rank = 6, H = 3, Dc = 9, with a LatentCache: chunks 3, 1, 3 (no K or V "
+                  "per head)", 7361, h=3, dq=6, dc=9, chunks=(3, 1, 3), absorb=True, part="absorb"),
+        _mla_case("absorb=True, H = 4, Dc = 12, dn = 4, dr = 2, dv = 6, float32", 7371, h=4, dn=4, dr=2, dv=6, dc=12,
+                  dtype=f32, absorb=True, part="absorb"),
     ]
 
 

@@ -91,8 +91,9 @@ HINTS = {
                        "(2i, 2i+1) pairs of DeepSeek's official code",
     "mla_offset": "with a cache the new tokens sit at absolute positions P .. P + T - 1 "
                   "(P = cache.seq_len before update) for q_rope and k_rope",
-    "absorb_calls": "with absorb=True use kv_b_proj.weight directly (W_uk, W_uv) and never call "
-                    "self.kv_b_proj(...): computing K and V from the latent is the naive path",
+    "absorb_calls": "with absorb=True, K and V are never built per head: never call self.kv_b_proj(...) "
+                    "and never multiply the latent by its weight (F.linear, @, einsum); fold W_uk into the "
+                    "query (q_nope @ W_uk) and apply W_uv after attention ((weights @ c_kv) @ W_uvᵀ)",
     "mla_pre_rope_cache": "rotate k_rope before cache.update: the cache holds the shared key after "
                           "RoPE, at its own position",
     "q_norm": "with q_lora_rank, q = q_b_proj(q_a_layernorm(q_a_proj(x))): the query latent is "
@@ -359,7 +360,7 @@ def _mla_class(*, scale: str = "both", rope_nope: bool = False, per_head_rope: b
                 k_rope_h = k_rope.view(b, s, h, dr).transpose(1, 2)  # (B, H, S, dr)
             else:
                 k_rope_h = k_rope[:, None].expand(b, h, s, dr)  # (B, H, S, dr)
-            if absorb and absorb_mode != "naive" and not rope_nope:
+            if absorb and absorb_mode not in ("naive", "weight") and not rope_nope:
                 w = self.kv_b_proj.weight
                 w = w.T.reshape(h, dn + dv, dc) if absorb_mode == "transposed" else w.view(h, dn + dv, dc)
                 w_uk, w_uv = w[:, :dn], w[:, dn:]  # (H, dn, Dc), (H, dv, Dc)
@@ -370,7 +371,11 @@ def _mla_class(*, scale: str = "both", rope_nope: bool = False, per_head_rope: b
                 scores = scores.masked_fill(~mask, float("-inf"))
                 out = (torch.softmax(scores, dim=-1) @ lat) @ w_uv.transpose(-1, -2)  # (B, H, T, dv)
             else:
-                kv = self.kv_b_proj(c_kv).view(b, s, h, dn + dv).transpose(1, 2)
+                if absorb and absorb_mode == "weight":  # the naive path through the weight
+                    kv = torch.nn.functional.linear(c_kv, self.kv_b_proj.weight)
+                else:
+                    kv = self.kv_b_proj(c_kv)
+                kv = kv.view(b, s, h, dn + dv).transpose(1, 2)
                 k_nope, v = kv.split([dn, dv], dim=-1)
                 if rope_nope:
                     k_full = self._rope(torch.cat((k_nope, k_rope_h), dim=-1), torch.arange(s, device=x.device))
@@ -501,6 +506,7 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("per-head rope key", HINTS["per_head_rope"], _mla_class(per_head_rope=True)),
         Mistake("absorbed with transposed W", HINTS["absorb_transposed"], _mla_class(absorb_mode="transposed")),
         Mistake("absorb computes K and V", HINTS["absorb_calls"], _mla_class(absorb_mode="naive")),
+        Mistake("absorb builds K and V from the weight", HINTS["absorb_calls"], _mla_class(absorb_mode="weight")),
         Mistake("latent norm forgotten", HINTS["latent_norm"], _mla_class(latent_norm=False)),
         Mistake("cache holds full K/V", HINTS["mla_full_cache"], _mla_class(cache_mode="full")),
         Mistake("k_rope cached before RoPE", HINTS["mla_pre_rope_cache"], _mla_class(cache_mode="pre_rope")),

@@ -434,6 +434,22 @@ MLA_WRONG = [
         q_rope = rope(q_rope)
         k_rope = rope(k_rope)
 ''')), "not the interleaved"),
+    _e("interleaved pairs in x's dtype (real arithmetic)", _variant(_MLA, ('''
+        cos, sin = rope_cos_sin(torch.arange(past, past + T, device=x.device), dr, self.rope_theta)
+        q_rope = apply_rope(q_rope, cos, sin)
+        k_rope = apply_rope(k_rope[:, None], cos, sin)[:, 0]
+''', '''
+        inv = 1.0 / (self.rope_theta ** (torch.arange(0, dr, 2, device=x.device, dtype=x.dtype) / dr))
+        ang = torch.arange(past, past + T, device=x.device, dtype=x.dtype)[:, None] * inv
+        c, s = ang.cos(), ang.sin()
+
+        def rope(t):
+            a, b = t[..., 0::2], t[..., 1::2]
+            return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2)
+
+        q_rope = rope(q_rope)
+        k_rope = rope(k_rope)
+''')), "not the interleaved"),
     _e("positions not offset by the cache", _variant(_MLA, (
         "torch.arange(past, past + T, device=x.device), dr", "torch.arange(T, device=x.device), dr")),
        "(P = cache.seq_len before update) for q_rope and k_rope"),

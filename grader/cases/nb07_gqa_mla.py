@@ -23,6 +23,7 @@ from tfcourse.checks._core import Case, Judge, _fmt_dtype
 from tfcourse.checks.nb07_gqa_mla import EXERCISES, MISTAKES, visible_cases
 from tfcourse.checks.nb07_gqa_mla.cases import (
     ATTN_TOL,
+    INT_STEP,
     LOADER,
     absorb_forbidden,
     chunked_steps,
@@ -199,10 +200,10 @@ def _bytes(seed: int) -> list[Case]:
         if kind == "mla":
             kwargs.update(kv_lora_rank=_int(g, 16, 1024), qk_rope_head_dim=_int(g, 8, 128))
         calls.append(Call("attention_cache_bytes_per_token", (kind, layers, heads, dh), kwargs,
-                          steps=(Step("__index__"),)))
+                          steps=(INT_STEP,)))
     calls.append(Call("attention_cache_bytes_per_token", ("gqa", 80, 64, 128), {"num_kv_heads": 8},
-                      steps=(Step("__index__"),)))  # Llama-2-70B
-    calls.append(Call("attention_cache_bytes_per_token", ("MHA", 2, 4, 8), steps=(Step("__index__"),)))
+                      steps=(INT_STEP,)))  # Llama-2-70B
+    calls.append(Call("attention_cache_bytes_per_token", ("MHA", 2, 4, 8), steps=(INT_STEP,)))
     return [_hidden("attention_cache_bytes_per_token", "random mha/mqa/gqa/mla sizes, Llama-2-70B (gqa), and kind "
                     "'MHA' (unknown: ValueError)", calls, seed * 1000 + 500)]
 

@@ -616,6 +616,23 @@ def attention_cache_bytes_per_token(kind, num_layers, num_heads, head_dim, num_k
         return float(num_layers * (kv_lora_rank + qk_rope_head_dim) * bytes_per_element)
     raise ValueError(kind)
 ''', "return a Python int"),
+    _e("np.prod of the sizes (a numpy integer)", '''
+import numpy as np
+
+
+def attention_cache_bytes_per_token(kind, num_layers, num_heads, head_dim, num_kv_heads=None,
+                                    kv_lora_rank=None, qk_rope_head_dim=None, bytes_per_element=2):
+    if kind == "gqa" and num_kv_heads is None:
+        raise ValueError("gqa needs num_kv_heads")
+    if kind == "mla":
+        if kv_lora_rank is None or qk_rope_head_dim is None:
+            raise ValueError("mla needs kv_lora_rank and qk_rope_head_dim")
+        return np.prod([num_layers, kv_lora_rank + qk_rope_head_dim, bytes_per_element])
+    heads = {"mha": num_heads, "mqa": 1, "gqa": num_kv_heads}
+    if kind not in heads:
+        raise ValueError(f"unknown kind {kind!r}")
+    return np.prod([2, num_layers, heads[kind], head_dim, bytes_per_element])
+''', "a numpy integer or a 0-dim tensor is not a Python int"),
     _e("no ValueError", '''
 def attention_cache_bytes_per_token(kind, num_layers, num_heads, head_dim, num_kv_heads=None,
                                     kv_lora_rank=None, qk_rope_head_dim=None, bytes_per_element=2):

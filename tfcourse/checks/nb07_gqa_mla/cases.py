@@ -20,6 +20,7 @@ modules atol/rtol 1e-4; repeat_kv exactly (it only copies).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 
 import torch
@@ -30,7 +31,7 @@ from .._calls import FORBIDDEN_SHAPE, Call, Instance, Step
 from .._core import Case, Judge, _fmt_dtype
 from .mistakes import HINTS, MISTAKES
 
-__all__ = ["ATTN_TOL", "EXERCISES", "LOADER", "absorb_forbidden", "error_hint", "gqa_oracle", "gqa_state", "mla_oracle", "mla_state",
+__all__ = ["ATTN_TOL", "EXERCISES", "INT_STEP", "LOADER", "absorb_forbidden", "error_hint", "gqa_oracle", "gqa_state", "mla_oracle", "mla_state",
            "pooled_state", "step_tensors", "visible_cases", "with_errors", "with_weights"]
 
 EXERCISES = ("repeat_kv", "GroupedQueryAttention", "LatentCache", "MultiHeadLatentAttention",
@@ -77,12 +78,39 @@ def error_hint(j: Judge, call: int) -> str | None:
     return hints.pop() if len(hints) == 1 else None
 
 
+# The step that reads a byte count back: a Python int's .numerator is the int itself; a float or a
+# tensor has none (AttributeError), a numpy integer returns a numpy integer (not an int).
+INT_STEP = Step("numerator", attribute=True)
+
+
+def python_int_failure(j: Judge, call: int) -> None:
+    """Fail, saying what came back, when a call read through INT_STEP did not return a Python int
+    (the AttributeError is the check's reading, not an exception of the answer's)."""
+    o = j.outcomes[call]
+    if j.case.calls[call].steps != (INT_STEP,) or (j.expected is not None and j.expected[call].kind == "error"):
+        return
+    what = ", ".join([*map(repr, j.case.calls[call].args),
+                      *(f"{k}={v!r}" for k, v in j.case.calls[call].kwargs.items())])
+    name = ""
+    if o.kind == "error" and o.error_type == "AttributeError" and "'numerator'" in o.error_message:
+        found = re.match(r"'([\w.]+)' object", o.error_message)
+        name = found.group(1).replace("numpy.", "numpy ") if found else "value that is not an int"
+    elif o.kind == "bad_type":
+        numpy_int = re.fullmatch(r"tuple of \(((u?int|int)\d*)\)", o.type_name)
+        name = f"numpy {numpy_int.group(1)}" if numpy_int else o.type_name
+    if name:
+        article = "an" if name[0] in "aeiou" else "a"
+        j.fail(f"{j.case.calls[call].target}({what}) returned {article} {name}; expected a Python int",
+               hint=HINTS["bytes_int"])
+
+
 def with_errors(judge: Callable[[Judge], None]) -> Callable[[Judge], None]:
     """An answer that raised gets the hint of the catalogued mistake raising the same error; a
     load by name that fails says which names the task gives."""
 
     def wrapped(j: Judge) -> None:
         for i, o in enumerate(j.outcomes):
+            python_int_failure(j, i)
             if o.kind == "error" and o.error_type == FORBIDDEN_SHAPE:
                 j.fail(f"with absorb=True, {o.error_message}, which holds keys or values per head (tensors "
                        "ending with (S, H·(dn + dv)), or with (H, S, dn) / (H, S, dv) once S > T, are refused)",
@@ -123,7 +151,8 @@ def _raises_value_error(j: Judge, whats: Sequence[str], hint: str) -> None:
         o = j.outcomes[i]
         if o.kind == "error" and o.error_type == "ValueError":
             continue
-        did = f"raised {o.error_line()}" if o.kind == "error" else "raised nothing"
+        read = j.case.calls[i].steps == (INT_STEP,) and o.error_type == "AttributeError"  # it returned a value
+        did = f"raised {o.error_line()}" if o.kind == "error" and not read else "raised nothing"
         j.fail(f"{what}: {did}; expected ValueError", hint=hint)
 
 
@@ -501,8 +530,8 @@ def _mla_cases() -> list[Case]:
 # attention_cache_bytes_per_token
 # ---------------------------------------------------------------------------------------------
 def _bytes_call(*args, **kwargs) -> Call:
-    # the answer is a Python int: read it back through __index__ (a float has none)
-    return Call("attention_cache_bytes_per_token", args, kwargs, steps=(Step("__index__"),))
+    # the answer is a Python int: read it back through .numerator (see INT_STEP)
+    return Call("attention_cache_bytes_per_token", args, kwargs, steps=(INT_STEP,))
 
 
 def _bytes_case(title: str, rows: list[tuple[tuple, dict, int, str]]) -> Case:
@@ -510,11 +539,7 @@ def _bytes_case(title: str, rows: list[tuple[tuple, dict, int, str]]) -> Case:
 
     def judge(j: Judge) -> None:
         for i, (args, kwargs, want, formula) in enumerate(rows):
-            o = j.outcomes[i]
             what = ", ".join([*map(repr, args), *(f"{k}={v}" for k, v in kwargs.items())])
-            if o.kind == "error" and "__index__" in o.error_message:
-                j.fail(f"attention_cache_bytes_per_token({what}) returned a float; expected a Python int",
-                       hint=HINTS["bytes_int"])
             (got,) = step_tensors(j, i, 1, "the byte count")
             j.require(int(got) == want, f"attention_cache_bytes_per_token({what}) = {int(got)}; expected {want} = "
                       f"{formula}", hint=j.mistake_hint(i))

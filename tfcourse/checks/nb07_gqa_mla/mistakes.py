@@ -106,7 +106,8 @@ HINTS = {
     "mla_two": "MLA caches the latent c_kv and the rope key k_rope, not K and V: L · (Dc + dr) · bytes, "
                "no factor 2",
     "gqa_heads": "gqa caches the G = num_kv_heads KV heads (mqa one): 2 · L · G · Dh · bytes, not H",
-    "bytes_int": "return a Python int (int(...)): a byte count is exact, not a float",
+    "bytes_int": "return a Python int (int(...) of it): a byte count is exact; a float, a numpy integer "
+                 "or a 0-dim tensor is not a Python int",
     "bytes_errors": "raise ValueError for an unknown kind, for gqa without num_kv_heads and for mla "
                     "without kv_lora_rank or qk_rope_head_dim",
     # mha_to_gqa

@@ -329,7 +329,6 @@ def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, dict], to_run: dict[
     second run's test-cell scores (the stand-in's source is within the code's reach there).
     """
     calls = importlib.import_module(f"tfcourse.checks.{module_name(nb.name)}").NOTEBOOK.calls
-    lost = {n for n, v in verdicts.items() if v["status"] != "passed"}
     extra_source = "\n".join(s for g, s in all_cells.items() if g.startswith("added-"))
     for name in to_run:
         verdict = verdicts[name]
@@ -338,7 +337,9 @@ def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, dict], to_run: dict[
         graph = calls.get(name, ())
         sources = {c: to_run.get(c) or nb.solution(c) for c in graph}
         reached = _reached_callees(to_run[name] + "\n" + extra_source, graph, sources, cases[name])
-        callees = [c for c in graph if c in lost and c in reached]
+        # a callee that passed once its own callees stood in (graded earlier in this loop) does not
+        # stand in, nor is it named: only the ones still failing (a broken repeat_kv, not the GQA using it)
+        callees = [c for c in graph if verdicts[c]["status"] != "passed" and c in reached]
         if not callees:
             continue
         run = run_notebook(nb.name, nb.setup, all_cells, {name: cases[name]}, device=device, limits=limits,

@@ -77,6 +77,45 @@ def test_stand_ins_follow_chains_and_the_instances_the_cases_build():
     assert _reached_callees("class DecoderLM:\n    pass\n", graph, sources, plain) == set()
 
 
+def test_only_the_callees_that_still_fail_stand_in_and_are_named(monkeypatch):
+    """Notebook 07: a broken repeat_kv fails GroupedQueryAttention's first run, which then passes with
+    the course's repeat_kv standing in. mha_to_gqa (-> GroupedQueryAttention -> repeat_kv) is graded
+    again with the course's repeat_kv only, and its note names only that one: the learner's
+    GroupedQueryAttention lost points only through repeat_kv (fast: the runs are faked)."""
+    import grader.grading as grading
+
+    nb = load_course()["07_gqa_mla"]
+    sources = dict(nb.solutions)
+    to_run = {"repeat_kv": "def repeat_kv(x, n_rep):\n    return x.repeat(1, n_rep, 1, 1)\n",
+              "GroupedQueryAttention": sources["GroupedQueryAttention"],
+              "mha_to_gqa": "def mha_to_gqa(mha, g):\n    return GroupedQueryAttention(16, 4, g)\n"}
+    points = {e.name: e.points for e in nb.exercises}
+
+    def verdict(name: str, passed: bool) -> dict:
+        return {"exercise": name, "status": "passed" if passed else "failed", "score": points[name] if passed
+                else 0.0, "max_score": points[name], "feedback": "✗ first run", "parts": [], "cases_total": 1}
+
+    verdicts = {n: verdict(n, False) for n in to_run}
+    stood_in: dict[str, set[str]] = {}
+
+    class Run:
+        def __init__(self, cases: dict) -> None:
+            self.exercises = dict.fromkeys(cases)
+
+    def fake_run(name, setup, cells, cases, *, stand_ins=None, **kwargs):
+        (exercise,) = cases
+        stood_in[exercise] = set(stand_ins or {})
+        return Run(cases)
+
+    monkeypatch.setattr(grading, "run_notebook", fake_run)
+    monkeypatch.setattr(grading, "_judge_run", lambda nb, ex, run, cases, *a: verdict(ex.name, True))
+    grading._grade_with_stand_ins(nb, verdicts, to_run, dict(to_run), {n: [] for n in to_run}, {},
+                                  device="cpu", limits=None, seed=0)
+    assert stood_in == {"GroupedQueryAttention": {"repeat_kv"}, "mha_to_gqa": {"repeat_kv"}}
+    note = verdicts["mha_to_gqa"]["feedback"]
+    assert "course's `repeat_kv` in place of yours" in note and "GroupedQueryAttention" not in note, note
+
+
 # ---------------------------------------------------------------------------------------------
 # submissions: the solutions notebook with some cells replaced or added
 # ---------------------------------------------------------------------------------------------

@@ -330,6 +330,7 @@ def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, dict], to_run: dict[
     """
     calls = importlib.import_module(f"tfcourse.checks.{module_name(nb.name)}").NOTEBOOK.calls
     extra_source = "\n".join(s for g, s in all_cells.items() if g.startswith("added-"))
+    stood: dict[str, list[str]] = {}  # exercise -> the callees whose stand-ins its verdict counts with
     for name in to_run:
         verdict = verdicts[name]
         if (0 < verdict["max_score"] <= verdict["score"]) or verdict["status"] not in ("failed", "error", "timeout"):
@@ -337,9 +338,10 @@ def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, dict], to_run: dict[
         graph = calls.get(name, ())
         sources = {c: to_run.get(c) or nb.solution(c) for c in graph}
         reached = _reached_callees(to_run[name] + "\n" + extra_source, graph, sources, cases[name])
-        # a callee that passed once its own callees stood in (graded earlier in this loop) does not
-        # stand in, nor is it named: only the ones still failing (a broken repeat_kv, not the GQA using it)
-        callees = [c for c in graph if verdicts[c]["status"] != "passed" and c in reached]
+        # a callee still failing stands in; one that passed once its own callees stood in (graded
+        # earlier in this loop) does not, those callees do: a broken repeat_kv, not the GQA using it
+        callees = list(dict.fromkeys(n for c in graph if c in reached for n in (
+            [c] if verdicts[c]["status"] != "passed" else stood.get(c, []))))
         if not callees:
             continue
         run = run_notebook(nb.name, nb.setup, all_cells, {name: cases[name]}, device=device, limits=limits,
@@ -374,6 +376,7 @@ def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, dict], to_run: dict[
                 *("    " + line for line in verdict["feedback"].splitlines()),
             ])
         verdicts[name] = again
+        stood[name] = callees
 
 
 def grade_submission(submission: str | Path, *, notebooks: list[str] | None = None, device: str = "cpu",

@@ -77,25 +77,39 @@ def test_stand_ins_follow_chains_and_the_instances_the_cases_build():
     assert _reached_callees("class DecoderLM:\n    pass\n", graph, sources, plain) == set()
 
 
-def test_only_the_callees_that_still_fail_stand_in_and_are_named(monkeypatch):
-    """Notebook 07: a broken repeat_kv fails GroupedQueryAttention's first run, which then passes with
-    the course's repeat_kv standing in. mha_to_gqa (-> GroupedQueryAttention -> repeat_kv) is graded
-    again with the course's repeat_kv only, and its note names only that one: the learner's
-    GroupedQueryAttention lost points only through repeat_kv (fast: the runs are faked)."""
+STAND_IN_CHAINS = {  # notebook: (sources of the failing first runs, {exercise: callees standing in})
+    # a broken repeat_kv fails GroupedQueryAttention's first run, which passes with the course's repeat_kv;
+    # mha_to_gqa (-> GroupedQueryAttention -> repeat_kv) is graded again with the course's repeat_kv only
+    "07_gqa_mla": ({"repeat_kv": "def repeat_kv(x, n_rep):\n    return x.repeat(1, n_rep, 1, 1)\n",
+                    "GroupedQueryAttention": None,
+                    "mha_to_gqa": "def mha_to_gqa(mha, g):\n    return GroupedQueryAttention(16, 4, g)\n"},
+                   {"GroupedQueryAttention": {"repeat_kv"}, "mha_to_gqa": {"repeat_kv"}}),
+    # the call graph names only MultiHeadAttention for mha_from_torch: the chain's split_heads stands in
+    "02_multi_head_attention": ({"split_heads": "def split_heads(x, num_heads):\n    return x\n",
+                                 "MultiHeadAttention": "class MultiHeadAttention(nn.Module):\n    def forward(self, x):\n"
+                                                       "        return merge_heads(split_heads(x, 2))\n",
+                                 "mha_from_torch": "def mha_from_torch(m):\n    return MultiHeadAttention(4, 2)\n"},
+                                {"MultiHeadAttention": {"split_heads"}, "mha_from_torch": {"split_heads"}}),
+}
+
+
+@pytest.mark.parametrize("notebook", sorted(STAND_IN_CHAINS))
+def test_only_the_callees_that_still_fail_stand_in_and_are_named(notebook, monkeypatch):
+    """A callee that passes once its own failing callees stand in does not stand in for its callers,
+    nor is it named in their note ("which lost points on its own" was wrong): those callees stand in
+    instead (fast: the runs are faked, every regraded run passes)."""
     import grader.grading as grading
 
-    nb = load_course()["07_gqa_mla"]
-    sources = dict(nb.solutions)
-    to_run = {"repeat_kv": "def repeat_kv(x, n_rep):\n    return x.repeat(1, n_rep, 1, 1)\n",
-              "GroupedQueryAttention": sources["GroupedQueryAttention"],
-              "mha_to_gqa": "def mha_to_gqa(mha, g):\n    return GroupedQueryAttention(16, 4, g)\n"}
+    nb = load_course()[notebook]
+    sources, expected = STAND_IN_CHAINS[notebook]
+    to_run = {n: src if src is not None else dict(nb.solutions)[n] for n, src in sources.items()}
     points = {e.name: e.points for e in nb.exercises}
 
     def verdict(name: str, passed: bool) -> dict:
         return {"exercise": name, "status": "passed" if passed else "failed", "score": points[name] if passed
                 else 0.0, "max_score": points[name], "feedback": "✗ first run", "parts": [], "cases_total": 1}
 
-    verdicts = {n: verdict(n, False) for n in to_run}
+    verdicts = {n: verdict(n, n not in to_run) for n in points}
     stood_in: dict[str, set[str]] = {}
 
     class Run:
@@ -111,9 +125,28 @@ def test_only_the_callees_that_still_fail_stand_in_and_are_named(monkeypatch):
     monkeypatch.setattr(grading, "_judge_run", lambda nb, ex, run, cases, *a: verdict(ex.name, True))
     grading._grade_with_stand_ins(nb, verdicts, to_run, dict(to_run), {n: [] for n in to_run}, {},
                                   device="cpu", limits=None, seed=0)
-    assert stood_in == {"GroupedQueryAttention": {"repeat_kv"}, "mha_to_gqa": {"repeat_kv"}}
-    note = verdicts["mha_to_gqa"]["feedback"]
-    assert "course's `repeat_kv` in place of yours" in note and "GroupedQueryAttention" not in note, note
+    assert stood_in == expected
+    for name, names in expected.items():
+        note = verdicts[name]["feedback"]
+        assert all(f"`{n}`" in note for n in names), note
+        assert not any(f"`{c}`" in note for c in points if c not in names), note
+
+
+def test_in_the_notebook_too_only_the_callees_that_still_fail_stand_in():
+    """check_mha_to_gqa with a tiling repeat_kv and a correct GroupedQueryAttention: the course's
+    repeat_kv stands in, and the line names only that one (as the grader's note does)."""
+    from tfcourse.checks import nb07_gqa_mla
+
+    nb = load_course()["07_gqa_mla"]
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(nb.setup, namespace)
+    for name, source in nb.solutions:
+        exec(STAND_IN_CHAINS["07_gqa_mla"][0]["repeat_kv"] if name == "repeat_kv" else source, namespace)
+    printed = io.StringIO()
+    with redirect_stdout(printed):
+        nb07_gqa_mla.check_mha_to_gqa(namespace["mha_to_gqa"])
+    text = printed.getvalue()
+    assert text.startswith("✓") and "course's `repeat_kv` in place" in text and "GroupedQueryAttention" not in text, text
 
 
 # ---------------------------------------------------------------------------------------------

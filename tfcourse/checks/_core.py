@@ -520,15 +520,19 @@ def _first_failure(exercise: str, cases: list[Case], namespace: dict[str, Any]) 
 
 def failing_dependencies(exercise: str, obj: Any, notebook: NotebookChecks) -> list[str]:
     """The exercises ``exercise`` calls by the course's call graph (``notebook.calls``) that are in
-    ``obj``'s namespace and fail their own visible checks, in notebook order."""
+    ``obj``'s namespace and fail their own visible checks, in notebook order. A callee that passes
+    once its own failing callees stand in is not one of them: those callees are (a broken repeat_kv,
+    not the GroupedQueryAttention that uses it), as in the grader."""
     scope = _globals_of(obj) or {}
     callees = notebook.calls.get(exercise, ())
-    failing = []
+    failing: list[str] = []
     for other in notebook.exercises:
         if other not in callees or other not in scope:
             continue
-        if _first_failure(other, notebook.cases(other), {other: scope[other]}) is not None:
-            failing.append(other)
+        failure, stood = with_stand_ins(other, scope[other], notebook,
+                                        lambda ns, o=other: _first_failure(o, notebook.cases(o), ns),
+                                        {other: scope[other]})
+        failing += [n for n in ([other] if failure is not None else stood) if n not in failing]
     return failing
 
 

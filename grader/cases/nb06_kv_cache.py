@@ -23,6 +23,7 @@ from tfcourse.checks._core import Case, Judge, _fmt_dtype
 from tfcourse.checks.nb06_kv_cache import EXERCISES, MISTAKES, visible_cases
 from tfcourse.checks.nb06_kv_cache.cases import (
     ATTN_TOL,
+    INT_STEP,
     attention_state,
     block_state,
     chunked_steps,
@@ -30,8 +31,10 @@ from tfcourse.checks.nb06_kv_cache.cases import (
     lm_state,
     probe,
     record_case,
+    require_ints,
     sampling_case,
 )
+from tfcourse.checks.nb06_kv_cache.mistakes import filtered_probs
 from tfcourse.device import make_generator
 
 __all__ = ["EXERCISES", "cases", "hidden_cases"]
@@ -190,12 +193,27 @@ def _lm(seed: int) -> list[Case]:
 
 
 def _clear_rows(g: torch.Generator, vocab: int, count: int, thresholds: Sequence[float],
-                temperature: float, top_k: int | None) -> torch.Tensor:
+                temperature: float, top_k: int | None, late_apart: bool = False) -> torch.Tensor:
     """Random logits rows without top-k ties and without a cumulative mass within 0.02 of any
-    threshold (after temperature and top-k), redrawn until they are."""
+    threshold (after temperature and top-k), redrawn until they are. ``late_apart``: also until
+    top-p of the untempered logits keeps another set than top-p of logits / temperature (so the
+    temperature divided in last fails whatever the seed), told apart from top-p dropping the
+    crossing token."""
     rows = []
     while len(rows) < count:
         x = torch.randn(vocab, generator=g, dtype=torch.float64) * 1.5
+        if late_apart:
+            top_p = thresholds[0]
+            right = filtered_probs(x[None], temperature, top_k, top_p)
+            late = filtered_probs(x[None], temperature, top_k, top_p, temp="late")
+            drop = filtered_probs(x[None], temperature, top_k, top_p, topp="drop_crossing")
+            untempered = x.sort(descending=True).values
+            if top_k is not None and top_k < vocab:
+                untempered = untempered[:top_k]
+            cum1 = untempered.softmax(-1).cumsum(-1)
+            if (torch.equal(right > 0, late > 0) or (late - drop).abs().max() < 0.1
+                    or bool(((cum1 - top_p).abs() <= 0.02).any())):
+                continue
         s = (x / temperature).sort(descending=True).values
         if top_k is not None and top_k < vocab:
             if s[top_k - 1] - s[top_k] < 0.05:
@@ -221,13 +239,14 @@ def _sampling(seed: int) -> list[Case]:
         (1.3, None, None, "core"),
         (0.8, 5, None, "filters"),
         (1.0, None, 0.7, "filters"),
-        (1.5, 6, 0.5, "filters"),
+        (0.6, 6, 0.7, "filters"),  # sharpened: top-p of the untempered logits keeps more (late_apart)
     ]
     for i, (temperature, top_k, top_p, part) in enumerate(configs):
         s = seed * 1000 + 550 + i
         g = make_generator(s)
         vocab = int(torch.randint(8, 13, (1,), generator=g))
-        rows = _clear_rows(g, vocab, 2, [top_p] if top_p is not None else [], temperature, top_k)
+        rows = _clear_rows(g, vocab, 2, [top_p] if top_p is not None else [], temperature, top_k,
+                           late_apart=temperature != 1.0 and top_p is not None)
         what = ", ".join([f"temperature {temperature:g}"] + ([f"top_k = {top_k}"] if top_k else [])
                          + ([f"top_p = {top_p:g}"] if top_p else []))
         out.append(sampling_case(f"hidden case: {what}, V = {vocab}, two random rows", rows, s,
@@ -260,11 +279,19 @@ def _bytes(seed: int) -> list[Case]:
     for _ in range(4):
         args = [int(v) for v in torch.randint(0, 200, (6,), generator=g)]
         calls.append(Call("kv_cache_bytes", tuple(args[:4]), {"batch_size": args[4], "bytes_per_element":
-                                                              _pick(g, (1, 2, 4))}, steps=(Step("__index__"),)))
-    calls.append(Call("kv_cache_bytes", (80, 8, 128, 32768), steps=(Step("__index__"),)))  # Llama-2-70B, GQA
-    calls.append(Call("kv_cache_bytes", (4, 2, 64, 100, -1), steps=(Step("__index__"),)))
-    return [_hidden("kv_cache_bytes", "random sizes, Llama-2-70B (GQA) at 32K tokens, and batch_size = -1", calls,
-                    seed * 1000 + 700)]
+                                                              _pick(g, (1, 2, 4))}, steps=(INT_STEP,)))
+    calls.append(Call("kv_cache_bytes", (80, 8, 128, 32768), steps=(INT_STEP,)))  # Llama-2-70B, GQA
+    calls.append(Call("kv_cache_bytes", (4, 2, 64, 100, -1), steps=(INT_STEP,)))
+    case = _hidden("kv_cache_bytes", "random sizes, Llama-2-70B (GQA) at 32K tokens, and batch_size = -1", calls,
+                   seed * 1000 + 700)
+    judge = case.judge
+
+    def ints_first(j: Judge) -> None:  # "returned a float", not the AttributeError of .numerator
+        require_ints(j)
+        judge(j)
+
+    case.judge = ints_first
+    return [case]
 
 
 def _penalty(seed: int) -> list[Case]:

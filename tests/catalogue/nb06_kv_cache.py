@@ -444,6 +444,23 @@ def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator
         probs = probs.masked_fill(remove.scatter(-1, idx, remove), 0.0)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 ''', hint="divide the logits by the temperature before the softmax"),
+        _e("temperature divided in after top-k/top-p (the nucleus of the untempered logits)", '''
+def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+''' + _SAMPLE_CHECKS + '''
+    if temperature == 0:
+        return logits.argmax(-1)
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        sorted_logits, idx = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        remove = probs.cumsum(-1) - probs >= top_p
+        remove[:, 0] = False
+        logits = logits.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
+    probs = (logits / temperature).softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+''', hint="divide by the temperature before top-k/top-p"),
         _e("top-k keeps k + 1 (0-based index k)", '''
 def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
 ''' + _SAMPLE_CHECKS + '''
@@ -603,6 +620,23 @@ def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, by
     bits = 8 * bytes_per_element
     return 2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size * bits / 8
 ''', hint="return a Python int"),
+        _e("a 0-dim tensor (torch.tensor(sizes).prod() * 2)", '''
+def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_element=2):
+    sizes = [num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_element]
+    if min(sizes) < 0:
+        raise ValueError("negative size")
+    return torch.tensor(sizes).prod() * 2
+''', hint="return a Python int (int(...))"),
+        _e("a numpy integer (np.prod)", '''
+import numpy as np
+
+
+def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_element=2):
+    sizes = [num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_element]
+    if min(sizes) < 0:
+        raise ValueError("negative size")
+    return 2 * np.prod(sizes)
+''', hint="return a Python int (int(...))"),
         _e("batch_size ignored", '''
 def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_element=2):
     if min(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_element) < 0:

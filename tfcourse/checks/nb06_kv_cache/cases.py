@@ -20,6 +20,7 @@ token depends on the whole history it sees through the caches (greedy margins 鈮
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 import torch
@@ -590,6 +591,8 @@ def _sampling_cases() -> list[Case]:
         sampling_case("temperature 0.7, top_k = 4, then top_p = 0.85 of what top-k kept (renormalised)", both,
                       6501, temperature=0.7, top_k=4, top_p=0.85, part="filters"),
         sampling_case("top_p = 1.0 keeps every token", both, 6511, top_p=1.0, part="filters"),
+        sampling_case("temperature 1.5, then top_p = 0.5 on softmax(logits / 1.5): the temperature changes which "
+                      "tokens the nucleus keeps", both, 6521, temperature=1.5, top_p=0.5, part="filters"),
     ]
 
 
@@ -713,19 +716,43 @@ def _generate_cases() -> list[Case]:
 # ---------------------------------------------------------------------------------------------
 # kv_cache_bytes and apply_repetition_penalty
 # ---------------------------------------------------------------------------------------------
+# The answer must be a Python int: read it back as ``.numerator``, which a Python int has (itself),
+# a float and a tensor have not, and a numpy integer returns as a numpy integer (not flattened:
+# bad_type). ``__index__`` would accept numpy and tensor ints, which the task cell refuses.
+INT_STEP = Step("numerator", attribute=True)
+
+
 def _bytes_call(*args: int, **kwargs: int) -> Call:
-    # the answer is a Python int: read it back through __index__ (a float has none)
-    return Call("kv_cache_bytes", args, kwargs, steps=(Step("__index__"),))
+    return Call("kv_cache_bytes", args, kwargs, steps=(INT_STEP,))
+
+
+def not_an_int(o) -> str | None:
+    """The type an answer returned instead of a Python int (the INT_STEP failed on it), else None."""
+    if o.kind == "bad_type":
+        return o.type_name
+    if o.kind == "error" and o.error_type == "AttributeError" and "'numerator'" in o.error_message:
+        found = re.match(r"'([^']+)' object has no attribute", o.error_message)
+        return found.group(1) if found else "another type"
+    return None
+
+
+def require_ints(j: Judge) -> None:
+    """Fail, with the int hint, when a kv_cache_bytes call returned a float, a tensor or a numpy int."""
+    for i, call in enumerate(j.case.calls):
+        kind = not_an_int(j.outcomes[i])
+        if kind is not None:
+            inner = re.search(r"\(([^)]*)\)", kind)  # a numpy integer comes back as "tuple of (int64)"
+            what = {"float": "a float", "Tensor": "a tensor"}.get(kind) or (
+                f"a numpy {inner.group(1)}" if inner and "int" in inner.group(1) else f"a {kind}")
+            j.fail(f"kv_cache_bytes{call.args} returned {what}; expected a Python int", hint=HINTS["int"])
 
 
 def _bytes_case(title: str, rows: list[tuple[tuple, dict, int]]) -> Case:
     calls = [_bytes_call(*args, **kwargs) for args, kwargs, _ in rows]
 
     def judge(j: Judge) -> None:
+        require_ints(j)
         for i, (args, kwargs, want) in enumerate(rows):
-            o = j.outcomes[i]
-            if o.kind == "error" and "__index__" in o.error_message:
-                j.fail(f"kv_cache_bytes{args} returned a float; expected a Python int", hint=HINTS["int"])
             (got,) = step_tensors(j, i, 1, "the byte count")
             what = ", ".join([*map(str, args), *(f"{k}={v}" for k, v in kwargs.items())])
             j.require(int(got) == want, f"kv_cache_bytes({what}) = {int(got)}; expected {want} = 2路L路G路Dh路S路B路bytes",

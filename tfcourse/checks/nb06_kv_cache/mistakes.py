@@ -98,6 +98,8 @@ HINTS = {
     "temp_after": "divide the logits by the temperature before the softmax: softmax(logits) / T is "
                   "normalised away by the sampling, so the temperature has no effect",
     "temp_multiply": "divide by the temperature: logits / T (T < 1 sharpens, T > 1 flattens)",
+    "temp_late": "divide by the temperature before top-k/top-p: the nucleus is taken from "
+                 "softmax(logits / T), so T changes which tokens top-p keeps",
     "topk_extra": "top-k keeps exactly the k largest logits: mask every logit below the k-th largest "
                   "(torch.topk(logits, k).values[..., -1:]), not below the (k+1)-th",
     "topk_short": "top-k keeps the k largest logits, the k-th included (mask with < kth, not <= kth)",
@@ -374,7 +376,8 @@ def filtered_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | 
     """The distribution (B, V) float64 a sampler draws from (temperature > 0), in the contract's
     order (temperature, top-k, top-p) unless a mistake's option says otherwise.
 
-    temp: "divide" | "after" (softmax, then / T: no effect) | "multiply". k_shift: top-k keeps
+    temp: "divide" | "after" (softmax, then / T: no effect) | "multiply" | "late" (top-k/top-p on
+    the untempered logits, / T only before the final softmax). k_shift: top-k keeps
     k + k_shift. topp: "keep_crossing" | "drop_crossing" | "extra" (one token more) | "unsorted"
     (cumulative mass in vocabulary order). order: "k_then_p" | "p_then_k" (nucleus of the
     unfiltered distribution)."""
@@ -419,6 +422,8 @@ def filtered_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | 
         x = top_p_filter(top_k_filter(x))
     else:
         x = top_k_filter(x).masked_fill(top_p_filter(x) == float("-inf"), float("-inf"))
+    if temp == "late":
+        x = x / temperature
     probs = x.softmax(-1)
     return probs / probs.sum(-1, keepdim=True) if temp == "after" else probs
 
@@ -448,6 +453,7 @@ sample_next_token = _sampler()
 SAMPLING: dict[str, dict] = {
     "temp_after": {"temp": "after"},
     "temp_multiply": {"temp": "multiply"},
+    "temp_late": {"temp": "late"},
     "topk_extra": {"k_shift": 1},
     "topk_short": {"k_shift": -1},
     "topp_drop": {"topp": "drop_crossing"},

@@ -566,6 +566,27 @@ def generate(model, input_ids, max_new_tokens, temperature=0.0, top_k=None, top_
             ids = torch.cat([ids, nxt[:, None]], dim=1)
     return ids
 ''', hint="prefill the prompt once with caches"),
+        _e("the probe's own greedy oracle, if it has one (it must not)", '''
+def generate(model, input_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
+             use_cache=True, generator=None):
+    if hasattr(model, "greedy"):
+        return model.greedy(input_ids, max_new_tokens)
+    return torch.cat([input_ids, input_ids[:, -1:].repeat(1, max_new_tokens)], dim=1)
+''', hint=None),
+        _e("never uses a cache, forges the probe's call record", '''
+def generate(model, input_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
+             use_cache=True, generator=None):
+    ids = input_ids
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = model(ids)
+            nxt = sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)
+            ids = torch.cat([ids, nxt[:, None]], dim=1)
+    if use_cache:
+        n = len(model.blocks)
+        model._calls = [(input_ids.size(1), n, 0)] + [(1, n, 0)] * (max_new_tokens - 1)
+    return ids
+''', hint="prefill the prompt once with caches"),
         _e("autograd left on", '''
 def generate(model, input_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
              use_cache=True, generator=None):

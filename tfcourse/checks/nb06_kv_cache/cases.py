@@ -608,9 +608,9 @@ def _prompt(seed: int, b: int, t: int, vocab: int = 11) -> torch.Tensor:
 
 
 def _greedy_tokens(ids: torch.Tensor, n: int, **probe_kwargs) -> torch.Tensor:
-    from .probes import ProbeLM
+    from .probes import probe_greedy
 
-    return ProbeLM(**probe_kwargs).greedy(ids, n)
+    return probe_greedy(ids, n, **probe_kwargs)
 
 
 def _generate_case(title: str, seed: int, b: int, t: int, n: int, part: str = "core", **kwargs) -> Case:

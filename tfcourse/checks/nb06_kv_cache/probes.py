@@ -11,15 +11,22 @@ absolute position ``cache.seq_len + t`` as the value) and reads the history back
 ``update`` returns; without caches the history is ``input_ids`` itself. So a generate loop that
 feeds the whole sequence into a filled cache, feeds the prompt again, drops or shares the caches,
 or reads the logits of the wrong row produces other tokens. The greedy choice wins by a wide
-margin (``peak`` against a wobble of ``±wobble``): no near-ties. ``record`` says how it was called.
+margin (``peak`` against a wobble of ``±wobble``): no near-ties. ``record`` (read-only) says how it
+was called; the oracle, ``probe_greedy``, is a function of this module, never a method of the probe.
 """
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch import nn
 
-__all__ = ["ProbeLM", "probe_next_logits", "seeded_generator"]
+__all__ = ["ProbeLM", "probe_greedy", "probe_next_logits", "seeded_generator"]
+
+# ProbeLM -> its calls (T, number of caches or -1, autograd on): outside the object, so code
+# under test cannot overwrite it with an attribute assignment (only by tampering with this module).
+_RECORDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def probe_next_logits(tokens: torch.Tensor, positions: torch.Tensor, layers: int, vocab_size: int,
@@ -51,17 +58,18 @@ class ProbeLM(nn.Module):
         super().__init__()
         self.vocab_size, self.peak, self.wobble = vocab_size, peak, wobble
         self.blocks = nn.ModuleList(nn.Identity() for _ in range(num_layers))
-        self._calls: list[tuple[int, int, int]] = []
+        _RECORDS[self] = []
 
     @property
     def record(self) -> torch.Tensor:
         """(number of forward calls, 3) int64: per call, the T it got, how many caches (-1 = None)
-        and whether autograd was on (1) or off (0)."""
-        return torch.tensor(self._calls, dtype=torch.int64).reshape(-1, 3)
+        and whether autograd was on (1) or off (0). Read-only (no setter), kept in this module's
+        ``_RECORDS``, not on the object: code under test cannot rewrite it by an assignment."""
+        return torch.tensor(_RECORDS[self], dtype=torch.int64).reshape(-1, 3)
 
     def forward(self, input_ids: torch.Tensor, caches=None) -> torch.Tensor:
         b, t = input_ids.shape
-        self._calls.append((t, -1 if caches is None else len(caches), int(torch.is_grad_enabled())))
+        _RECORDS[self].append((t, -1 if caches is None else len(caches), int(torch.is_grad_enabled())))
         tokens = input_ids.to(torch.float64)  # (B, T)
         layers = len(self.blocks)
         if caches is None:
@@ -88,25 +96,20 @@ class ProbeLM(nn.Module):
         logits = self.wobble * torch.cos(1.3 * ids + 0.7 * torch.remainder(total, 13)[..., None])
         return logits + self.peak * (ids == target[..., None]).to(torch.float64)  # (B, T, V)
 
-    def greedy(self, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
-        """The greedy continuation (B, T + N), computed from the whole history at each step (the
-        checks' oracle; no cache, no sampling)."""
-        ids = input_ids
-        for _ in range(max_new_tokens):
-            b, t = ids.shape
-            positions = torch.arange(t, dtype=torch.float64).expand(b, t)
-            logits = probe_next_logits(ids.to(torch.float64), positions, len(self.blocks), self.vocab_size,
-                                       self.peak, self.wobble)
-            ids = torch.cat((ids, logits[:, -1].argmax(-1, keepdim=True)), dim=1)
-        return ids
 
-    def next_probs(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """softmax of the next-token logits after ``input_ids`` (B, V) float64 (no cache)."""
-        b, t = input_ids.shape
+def probe_greedy(input_ids: torch.Tensor, max_new_tokens: int, vocab_size: int = 11, num_layers: int = 2,
+                 peak: float = 8.0, wobble: float = 0.3) -> torch.Tensor:
+    """The greedy continuation (B, T + N) of a ProbeLM built with these arguments, computed from
+    the whole history at each step (the checks' oracle; no cache, no sampling). A module-level
+    function of the judging process, not a method: the probe handed to the code under test must
+    not carry its own answer."""
+    ids = input_ids
+    for _ in range(max_new_tokens):
+        b, t = ids.shape
         positions = torch.arange(t, dtype=torch.float64).expand(b, t)
-        logits = probe_next_logits(input_ids.to(torch.float64), positions, len(self.blocks), self.vocab_size,
-                                   self.peak, self.wobble)
-        return logits[:, -1].softmax(-1)
+        logits = probe_next_logits(ids.to(torch.float64), positions, num_layers, vocab_size, peak, wobble)
+        ids = torch.cat((ids, logits[:, -1].argmax(-1, keepdim=True)), dim=1)
+    return ids
 
 
 def seeded_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:

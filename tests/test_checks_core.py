@@ -441,3 +441,23 @@ def test_a_mistake_matches_at_the_tolerance_the_case_judges_with():
     assert result.status == "failed" and "do not scale by 1.5" in result.message
     old_match = torch.allclose(wrong64(x), wrong32(x), atol=1e-9, rtol=1e-6)  # 10x float64's tolerance
     assert not old_match
+
+
+def test_the_notebook_check_refuses_the_notebooks_own_reference_module():
+    """The grader hides tfcourse.reference.<this notebook>: an answer that imports from it must fail
+    in the notebook too (nb06's review: a generate using the reference's sample_next_token passed the
+    check and got a bare ModuleNotFoundError in the grader). Other modules' names are fine."""
+    from tfcourse.checks._core import NotebookChecks, reference_dependencies
+
+    book = NotebookChecks(("f",), lambda e: [], "tfcourse.reference.nb01_attention")
+    from tfcourse.reference.nb01_attention import causal_mask
+
+    namespace = {"causal_mask": causal_mask, "torch": torch}
+    exec("def f(t):\n    return causal_mask(t, t)\n\ndef g(t):\n    return torch.ones(t, t)\n", namespace)
+    assert reference_dependencies("f", namespace["f"], book) == ["causal_mask"]
+    assert reference_dependencies("g", namespace["g"], book) == []
+    assert reference_dependencies("f", causal_mask, book) == ["f"]
+    case = Case("f", "t = 2", [Call("f", (2,))], lambda j: None)
+    with pytest.raises(CheckFailed, match="hides that module"):
+        run_checks("f", namespace["f"], [case], notebook=book)
+    run_checks("g", namespace["g"], [case], notebook=book, verbose=False)

@@ -504,6 +504,28 @@ def demo_dependencies(exercise: str, obj: Any, notebook: NotebookChecks | None) 
     return sorted(used)
 
 
+def reference_dependencies(exercise: str, obj: Any, notebook: NotebookChecks | None) -> list[str]:
+    """Names ``obj`` reads (or ``obj`` itself) that come from the notebook's OWN reference module,
+    which the grader hides (importing it there raises ModuleNotFoundError): the notebook check
+    refuses them too. Earlier notebooks' reference modules, imported by the setup cell, are fine;
+    another exercise's name is left to that exercise's own check (one bug costs once)."""
+    if notebook is None or not notebook.reference:
+        return []
+
+    def from_reference(value: Any) -> bool:
+        return (getattr(value, "__module__", None) == notebook.reference
+                or getattr(value, "__name__", None) == notebook.reference)
+
+    found = [exercise] if from_reference(obj) else []
+    scopes = [obj] + ([getattr(v, "__func__", v) for v in vars(obj).values()] if isinstance(obj, type) else [])
+    names = _globals_read(obj)
+    for scope in scopes:
+        module_globals = getattr(scope, "__globals__", None) or {}
+        found += [n for n in sorted(names) if n in module_globals and from_reference(module_globals[n])
+                  and n not in notebook.exercises]  # an exercise is refused by its own check (one bug costs once)
+    return sorted(set(found))
+
+
 def _first_failure(exercise: str, cases: list[Case], namespace: dict[str, Any]) -> CheckFailed | None:
     for case in cases:
         outcomes = [run_call(c, namespace) for c in case.calls]
@@ -588,6 +610,12 @@ def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = Tr
                           "  the grader runs the setup cell, your exercise cells and the cells you add, "
                           "not the course's demo cells\n"
                           f"  define {names} in your cell or in a cell you add, then run both again")
+    hidden = reference_dependencies(exercise, obj, notebook)
+    if hidden:
+        names = ", ".join(f"`{n}`" for n in hidden)
+        raise CheckFailed(f"✗ {exercise}: it uses {names} from `{notebook.reference}`, the course's solutions\n"
+                          "  the grader hides that module (importing it there raises ModuleNotFoundError)\n"
+                          f"  use your own {names} from this notebook instead, then run the cell again")
     namespace = {**(also or {}), exercise: obj}
     failure, stood = with_stand_ins(exercise, obj, notebook,
                                     lambda ns: _first_failure(exercise, selected, ns), namespace)

@@ -50,8 +50,7 @@ VALUE_BUGS = {
              "tanh form without the cubic term"),
     "FeedForward": ("ReLU (the 2017 Transformer)", "GELU after the second layer"),
     "SwiGLU": ("sigmoid gate (GLU)", "SiLU after the product", "gate and up swapped", "GELU gate (GeGLU)"),
-    "repeat_kv": (".repeat tiling", "HF expand on the wrong axis", "repeat_interleave on the sequence axis",
-                  "expand on the last axis, then reshape"),
+    "repeat_kv": (".repeat tiling", "repeat_interleave on the sequence axis", "expand on the last axis, then reshape"),
 }
 
 

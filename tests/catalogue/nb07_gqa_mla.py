@@ -48,10 +48,6 @@ def repeat_kv(x, n_rep):
 
 REPEAT_WRONG = [
     _e(".repeat tiling", _REPEAT_CHECK + "    return x.repeat(1, n_rep, 1, 1)\n", "x.repeat(1, n_rep, 1, 1) tiles"),
-    _e("HF expand on the wrong axis", _REPEAT_CHECK + '''
-    B, G, S, Dh = x.shape
-    return x[:, None, :, :, :].expand(B, n_rep, G, S, Dh).reshape(B, G * n_rep, S, Dh)
-''', "x.repeat(1, n_rep, 1, 1) tiles"),
     _e("repeat_interleave on the sequence axis", _REPEAT_CHECK + "    return x.repeat_interleave(n_rep, dim=2)\n",
        "repeat along the head axis"),
     _e("no ValueError", '''
@@ -76,10 +72,6 @@ REPEAT_CORRECT = [
         return x
     x = x[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
     return x.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
-'''),
-    _e("index with h // n_rep", _REPEAT_CHECK + '''
-    heads = torch.arange(x.size(1) * n_rep, device=x.device) // n_rep
-    return x[:, heads]
 '''),
 ]
 
@@ -165,26 +157,6 @@ GQA_WRONG = [
     _e("positions not offset by the cache", _variant(_GQA, (
         "positions = torch.arange(past, past + T, device=x.device)",
         "positions = torch.arange(T, device=x.device)")), "absolute positions P .. P + T - 1"),
-    _e("is_causal=True with a cache (top-left)", _variant(_GQA, ('''
-        mask = causal_mask(T, k.size(2), device=x.device)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-''', '''
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-''')), "the causal mask is bottom-right"),
-    _e("head_dim argument ignored", _variant(_GQA, ('''
-        if head_dim is None:
-            if d_model % num_heads != 0:
-                raise ValueError("d_model must be divisible by num_heads")
-            head_dim = d_model // num_heads
-''', '''
-        if d_model % num_heads != 0:
-            raise ValueError("d_model must be divisible by num_heads")
-        head_dim = d_model // num_heads
-''')), "use the head_dim argument"),
-    _e("no ValueError for H % G", _variant(_GQA, ('''
-        if num_heads % num_kv_heads != 0:
-            raise ValueError("num_heads must be a multiple of num_kv_heads")
-''', "")), "num_heads % num_kv_heads != 0"),
 ]
 
 GQA_CORRECT = [
@@ -195,14 +167,6 @@ GQA_CORRECT = [
 ''', '''
         mask = causal_mask(T, k.size(2), device=x.device)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-'''))),
-    _e("Llama style: repeat_kv, then SDPA with an explicit bottom-right mask", _variant(_GQA, ('''
-        mask = causal_mask(T, k.size(2), device=x.device)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
-''', '''
-        S = k.size(2)
-        mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=S - T)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 '''))),
 ]
 
@@ -273,8 +237,6 @@ class LatentCache:
             self.k_rope = torch.cat([self.k_rope, k_rope], dim=1)
         return self.c_kv, self.k_rope
 ''', "update raises ValueError itself"),
-    _e("seq_len a method", _variant(_LC, ("    @property\n    def seq_len(self):", "    def seq_len(self):")),
-       "make seq_len a property"),
 ]
 
 LC_CORRECT = [
@@ -453,8 +415,6 @@ MLA_WRONG = [
     _e("positions not offset by the cache", _variant(_MLA, (
         "torch.arange(past, past + T, device=x.device), dr", "torch.arange(T, device=x.device), dr")),
        "(P = cache.seq_len before update) for q_rope and k_rope"),
-    _e("absorb ignored (always the naive path)", _variant(_MLA, ("        if absorb:\n", "        if False:\n")),
-       "never call self.kv_b_proj"),
     _e("absorbed: K and V per head through the weight (F.linear), then the naive attention", _variant(_MLA, ('''
             w = self.kv_b_proj.weight.view(H, dn + dv, Dc)
             w_uk, w_uv = w[:, :dn], w[:, dn:]
@@ -469,9 +429,6 @@ MLA_WRONG = [
             k = torch.cat([k_nope, k_rope[:, None].expand(B, H, S, dr)], dim=-1)
             out, _ = scaled_dot_product_attention(torch.cat([q_nope, q_rope], dim=-1), k, v, mask)
 ''')), "never multiply the latent by its weight"),
-    _e("q_a_layernorm forgotten", _variant(_MLA, (
-        "q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))", "q = self.q_b_proj(self.q_a_proj(x))")),
-       "the query latent is normalised too"),
 ]
 
 _HF_MLA = '''
@@ -563,11 +520,6 @@ class MultiHeadLatentAttention(nn.Module):
 MLA_CORRECT = [
     _e("naive and absorbed, the course's pieces", _MLA),
     _e("Hugging Face DeepseekV3Attention logic, einsum absorbed path", _HF_MLA),
-    _e("F.scaled_dot_product_attention with the bottom-right mask", _variant(_MLA, ('''
-            out, _ = scaled_dot_product_attention(torch.cat([q_nope, q_rope], dim=-1), k, v, mask)
-''', '''
-            out = F.scaled_dot_product_attention(torch.cat([q_nope, q_rope], dim=-1), k, v, attn_mask=mask)
-'''))),
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -598,10 +550,6 @@ BYTES_WRONG = [
        "K and V are both cached"),
     _e("mla counted per head", _variant(_BYTES, ("return num_layers * (kv_lora_rank", "return num_layers * num_heads * (kv_lora_rank")),
        "for all heads together"),
-    _e("mla with a factor 2 for K and V", _variant(_BYTES, ("return num_layers * (kv_lora_rank", "return 2 * num_layers * (kv_lora_rank")),
-       "no factor 2"),
-    _e("gqa with all H heads", _variant(_BYTES, ("return 2 * num_layers * num_kv_heads", "return 2 * num_layers * num_heads")),
-       "not H"),
     _e("returns a float", '''
 def attention_cache_bytes_per_token(kind, num_layers, num_heads, head_dim, num_kv_heads=None,
                                     kv_lora_rank=None, qk_rope_head_dim=None, bytes_per_element=2):
@@ -711,12 +659,6 @@ def mha_to_gqa(mha, num_kv_heads):
 ''', "leave the input module unchanged"),
 ]
 
-TO_GQA_WRONG.append(_e("no ValueError", _variant(_TO_GQA, ('''
-    if mha.num_kv_heads != mha.num_heads:
-        raise ValueError("mha must have as many KV heads as query heads")
-    if mha.num_heads % num_kv_heads != 0:
-        raise ValueError("num_heads must be a multiple of num_kv_heads")
-''', "")), "raise ValueError when mha.num_kv_heads != mha.num_heads"))
 
 TO_GQA_CORRECT = [
     _e("a new GroupedQueryAttention, weights copied", _TO_GQA),

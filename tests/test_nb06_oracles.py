@@ -197,7 +197,7 @@ def test_repetition_penalty_matches_hf(penalty):
 # ---------------------------------------------------------------------------------------------
 CONFIGS = [  # (temperature, top_k, top_p): every visible sampling case's options
     (1.0, None, None), (0.5, None, None), (2.0, None, None), (1.0, 3, None), (1.0, 20, None),
-    (1.0, None, 0.6), (1.0, None, 0.05), (0.7, 4, 0.85), (1.0, None, 1.0),
+    (1.0, None, 0.6), (1.0, None, 0.05), (0.7, 4, 0.85), (1.0, None, 1.0), (1.5, None, 0.5),
 ]
 ROWS = torch.stack((ROW_A, ROW_B))
 

@@ -130,13 +130,6 @@ class KVCache:
         self.v = v if self.v is None else torch.cat((self.v, v), dim=2)
         return self.k, self.v
 ''', hint="seq_len is the number of cached positions"),
-        _e("update returns only the new k, v", _KV_HEAD + '''
-    def update(self, k, v):
-        self._check(k, v)
-        self.k = k if self.k is None else torch.cat((self.k, k), dim=2)
-        self.v = v if self.v is None else torch.cat((self.v, v), dim=2)
-        return k, v
-''', hint="update returns the whole cache"),
         _e("update returns the cache without the new tokens", _KV_HEAD + '''
     def update(self, k, v):
         self._check(k, v)
@@ -182,24 +175,6 @@ class KVCache:
         self.v = v if self.v is None else torch.cat((self.v, v), dim=2)
         return self.k, self.v
 ''', hint="make seq_len a property"),
-        _e("seq_len counts update calls", '''
-class KVCache:
-    def __init__(self):
-        self.k = None
-        self.v = None
-        self.seq_len = 0
-
-    def update(self, k, v):
-        if k.shape != v.shape:
-            raise ValueError("k and v differ")
-        if self.k is not None and (k.size(0), k.size(1), k.size(3), k.dtype) != (
-                self.k.size(0), self.k.size(1), self.k.size(3), self.k.dtype):
-            raise ValueError("does not fit")
-        self.k = k if self.k is None else torch.cat((self.k, k), dim=2)
-        self.v = v if self.v is None else torch.cat((self.v, v), dim=2)
-        self.seq_len += 1
-        return self.k, self.v
-''', hint="seq_len counts positions, not update calls"),
     ],
     "CausalSelfAttention": [
         _e("positions not offset by the cache", _ATTN_HEAD + '''
@@ -231,7 +206,7 @@ class KVCache:
         out, _ = scaled_dot_product_attention(q, k, v, causal_mask(T, S, device=x.device))
         return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
 ''', hint="rotate k before cache.update"),
-        _e("F.sdpa with is_causal=True (top-left)", _ATTN_HEAD + '''
+        _e("keys cached before RoPE, only the new ones rotated", _ATTN_HEAD + '''
     def forward(self, x, cache=None):
         B, T, D = x.shape
         q = self._split(self.q_proj(x), B, T)
@@ -239,12 +214,16 @@ class KVCache:
         v = self._split(self.v_proj(x), B, T)
         past = 0 if cache is None else cache.seq_len
         cos, sin = rope_cos_sin(torch.arange(past, past + T, device=x.device), self.head_dim, self.rope_theta)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k_rot = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
-            k, v = cache.update(k, v)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            k_all, v = cache.update(k, v)
+            k = torch.cat([k_all[:, :, :past], k_rot], dim=2)
+        else:
+            k = k_rot
+        S = k.size(2)
+        out, _ = scaled_dot_product_attention(q, k, v, causal_mask(T, S, device=x.device))
         return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
-''', hint="bottom-right"),
+''', hint="rotate k before cache.update"),
         _e("is_causal=True only for chunks (top-left mask in chunked decode)", _ATTN_HEAD + '''
     def forward(self, x, cache=None):
         B, T, D = x.shape
@@ -259,23 +238,6 @@ class KVCache:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)  # one new token sees everything
         return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
 ''', hint="bottom-right"),
-        _e("scores scaled by sqrt(d_model)", _ATTN_HEAD + '''
-    def forward(self, x, cache=None):
-        B, T, D = x.shape
-        q = self._split(self.q_proj(x), B, T)
-        k = self._split(self.k_proj(x), B, T)
-        v = self._split(self.v_proj(x), B, T)
-        past = 0 if cache is None else cache.seq_len
-        cos, sin = rope_cos_sin(torch.arange(past, past + T, device=x.device), self.head_dim, self.rope_theta)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if cache is not None:
-            k, v = cache.update(k, v)
-        S = k.size(2)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(D)
-        scores = scores.masked_fill(~causal_mask(T, S, device=x.device), float("-inf"))
-        out = scores.softmax(-1) @ v
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
-''', hint="1/sqrt(head_dim)"),
         _e("no ValueError for d_model % num_heads", '''
 class CausalSelfAttention(nn.Module):
     def __init__(self, d_model, num_heads, rope_theta=10000.0):
@@ -302,20 +264,6 @@ class CausalSelfAttention(nn.Module):
         out, _ = scaled_dot_product_attention(q, k, v, causal_mask(T, k.size(2), device=x.device))
         return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
 ''', hint="raise ValueError in __init__"),
-        _e("rope_theta ignored", _ATTN_HEAD + '''
-    def forward(self, x, cache=None):
-        B, T, D = x.shape
-        q = self._split(self.q_proj(x), B, T)
-        k = self._split(self.k_proj(x), B, T)
-        v = self._split(self.v_proj(x), B, T)
-        past = 0 if cache is None else cache.seq_len
-        cos, sin = rope_cos_sin(torch.arange(past, past + T, device=x.device), self.head_dim)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if cache is not None:
-            k, v = cache.update(k, v)
-        out, _ = scaled_dot_product_attention(q, k, v, causal_mask(T, k.size(2), device=x.device))
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, D))
-''', hint="pass rope_theta on as the RoPE base"),
     ],
     "DecoderBlock": [
         _e("residual taken after the norm", _BLOCK_INIT + '''
@@ -324,6 +272,13 @@ class CausalSelfAttention(nn.Module):
         h = x + self.attn(x, cache)
         return h + self.ffn(self.ffn_norm(h))
 ''', hint="the residual stream carries x itself"),
+        _e("residual taken after the norm in both sublayers", _BLOCK_INIT + '''
+    def forward(self, x, cache=None):
+        x = self.attn_norm(x)
+        h = x + self.attn(x, cache)
+        h = self.ffn_norm(h)
+        return h + self.ffn(h)
+''', hint="both residuals carry the stream itself"),
         _e("post-norm", _BLOCK_INIT + '''
     def forward(self, x, cache=None):
         h = self.attn_norm(x + self.attn(x, cache))
@@ -334,24 +289,6 @@ class CausalSelfAttention(nn.Module):
         h = x + self.attn(self.attn_norm(x))
         return h + self.ffn(self.ffn_norm(h))
 ''', hint="pass the cache on to the attention"),
-        _e("second residual from x", _BLOCK_INIT + '''
-    def forward(self, x, cache=None):
-        h = x + self.attn(self.attn_norm(x), cache)
-        return x + self.ffn(self.ffn_norm(h))
-''', hint="the second residual adds to h"),
-        _e("eps not passed to the norms", '''
-class DecoderBlock(nn.Module):
-    def __init__(self, d_model, num_heads, d_ff, rope_theta=10000.0, eps=1e-6):
-        super().__init__()
-        self.attn_norm = RMSNorm(d_model)
-        self.attn = CausalSelfAttention(d_model, num_heads, rope_theta)
-        self.ffn_norm = RMSNorm(d_model)
-        self.ffn = SwiGLU(d_model, d_ff)
-
-    def forward(self, x, cache=None):
-        h = x + self.attn(self.attn_norm(x), cache)
-        return h + self.ffn(self.ffn_norm(h))
-''', hint="pass eps on to both RMSNorms"),
     ],
     "DecoderLM": [
         _e("no final norm", _LM_INIT + '''
@@ -401,15 +338,6 @@ class DecoderLM(nn.Module):
             x = block(x, cache)
         return self.lm_head(self.final_norm(x))
 ''', hint="raise ValueError when len(caches) != len(self.blocks)"),
-        _e("embedding scaled by sqrt(d_model)", _LM_INIT + '''
-    def forward(self, input_ids, caches=None):
-        if caches is not None and len(caches) != len(self.blocks):
-            raise ValueError("one cache per block")
-        x = self.tok_emb(input_ids) * math.sqrt(self.tok_emb.embedding_dim)
-        for i, block in enumerate(self.blocks):
-            x = block(x, None if caches is None else caches[i])
-        return self.lm_head(self.final_norm(x))
-''', hint="no * sqrt(d_model)"),
     ],
     "sample_next_token": [
         _e("logits divided by a zero temperature", '''
@@ -495,6 +423,23 @@ def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator
         logits = logits.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
     return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
 ''', hint="top-p keeps the token that crosses p"),
+        _e("returns (B, 1): the sample dimension kept", '''
+def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+''' + _SAMPLE_CHECKS + '''
+    if temperature == 0:
+        return logits.argmax(-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        sorted_logits, idx = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        remove = probs.cumsum(-1) - probs >= top_p
+        remove[:, 0] = False
+        logits = logits.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator)
+''', hint="return one token per row, shape (B,)"),
         _e("generator ignored", '''
 def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
 ''' + _SAMPLE_CHECKS + '''
@@ -587,6 +532,19 @@ def generate(model, input_ids, max_new_tokens, temperature=0.0, top_k=None, top_
         model._calls = [(input_ids.size(1), n, 0)] + [(1, n, 0)] * (max_new_tokens - 1)
     return ids
 ''', hint="prefill the prompt once with caches"),
+        _e("caches used even with use_cache=False", '''
+def generate(model, input_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
+             use_cache=True, generator=None):
+    caches = [KVCache() for _ in model.blocks]
+    ids, step_input = input_ids, input_ids
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = model(step_input, caches=caches)
+            nxt = sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)
+            ids = torch.cat([ids, nxt[:, None]], dim=1)
+            step_input = nxt[:, None]
+    return ids
+''', hint="use_cache=False: call the model with the whole sequence and caches=None"),
         _e("autograd left on", '''
 def generate(model, input_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
              use_cache=True, generator=None):
@@ -668,12 +626,6 @@ def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, by
 def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_element=2):
     return 2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_element
 ''', hint="raise ValueError when any argument is negative"),
-        _e("in bits", '''
-def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_element=2):
-    if min(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_element) < 0:
-        raise ValueError("negative size")
-    return 2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_element * 8
-''', hint="no factor 8"),
     ],
     "apply_repetition_penalty": [
         _e("negative logits divided too", '''

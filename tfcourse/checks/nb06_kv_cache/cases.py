@@ -312,12 +312,17 @@ def _attn_cache_case(title: str, seed: int, b: int, d: int, h: int, chunks: Sequ
                                                         Step("seq_len", on="c", attribute=True)]
     call = Call("CausalSelfAttention", (d, h, theta), state=state, steps=tuple(steps))
     full, keys = attention_oracle(x, state, h, theta)
+    raw = (x.double() @ state["k_proj.weight"].double().T).view(b, s, h, d // h).transpose(1, 2)  # before RoPE
     atol, rtol = ATTN_TOL[dtype]
 
     def judge(j: Judge) -> None:
         got = step_tensors(j, 0, len(chunks) + 2, f"{len(chunks)} outputs, cache.k and cache.seq_len")
-        judge_chunks(j, got, full, chunks, dtype)
         k, n = got[-2], got[-1]
+        # unrotated keys in the cache are named first: whatever the outputs, the rule is broken there
+        if tuple(k.shape) == tuple(raw.shape) and torch.allclose(k.double().cpu(), raw, atol=10 * atol, rtol=rtol):
+            j.fail("cache.k after the calls holds the keys before RoPE (k_proj's output); the cache must hold "
+                   "them rotated at their positions", hint=HINTS["pre_rope_cache"])
+        judge_chunks(j, got, full, chunks, dtype)
         j.require(tuple(k.shape) == tuple(keys.shape), f"cache.k after the calls has shape {tuple(k.shape)}; "
                   f"expected (B, H, S, Dh) = {tuple(keys.shape)}")
         j.close(k, keys, name="cache.k after the calls", atol=atol, rtol=rtol,
@@ -486,7 +491,7 @@ def sampling_case(title: str, rows: torch.Tensor, seed: int, *, temperature: flo
     expected = filtered_probs(rows, temperature, top_k, top_p)  # (R, V)
 
     def judge(j: Judge) -> None:
-        got = j.tensor(shape=(r * n,), dtype=torch.int64)
+        got = tokens_of(j, r * n)
         bad = (got < 0) | (got >= vocab)
         if bad.any():
             j.fail(f"drew token {int(got[bad][0])}, outside 0..{vocab - 1}")
@@ -521,12 +526,21 @@ def sampling_case(title: str, rows: torch.Tensor, seed: int, *, temperature: flo
     return case
 
 
+def tokens_of(j: Judge, count: int) -> torch.Tensor:
+    """The (count,) int64 tokens a sample_next_token call returned; (count, 1) gets its own hint."""
+    o = j.outcomes[0]
+    if o.kind == "tensor" and len(o.tensors) == 1 and tuple(o.tensors[0].shape) == (count, 1):
+        j.fail(f"returned shape ({count}, 1); expected ({count},): one token per row",
+               hint=HINTS["tokens_shape"])
+    return j.tensor(shape=(count,), dtype=torch.int64)
+
+
 def _greedy_case(title: str, seed: int, dtype: torch.dtype, **options) -> Case:
     logits = _randn(seed, 5, 9, scale=2.0, dtype=dtype)
     call = Call("sample_next_token", (logits,), {"temperature": 0.0, **options})
 
     def judge(j: Judge) -> None:
-        got = j.tensor(shape=(5,), dtype=torch.int64)
+        got = tokens_of(j, 5)
         j.close(got, logits.argmax(-1), name="tokens", oracle="logits.argmax(-1)")
 
     return _case("sample_next_token", title, [call], error_hints(judge), seed=seed)
@@ -646,13 +660,13 @@ def record_case(title: str, seed: int, use_cache: bool, b: int = 2, t: int = 4, 
                       f"call: {[t] + [1] * (n - 1)}", hint=j.mistake_hint())
             j.require(all(r[1] == 2 for r in rows), f"caches passed per call: {[r[1] for r in rows]} "
                       "(-1 = None); expected a list of 2 (one per block) at every call", hint=j.mistake_hint())
-        else:
+        else:  # caches first: a loop that uses caches whatever use_cache says also feeds one token per call
+            j.require(all(r[1] == -1 for r in rows), f"use_cache=False: caches passed {[r[1] for r in rows]}; "
+                      "expected caches=None (-1)", hint=HINTS["gen_uncached_caches"])
             lengths = [r[0] for r in rows]
             j.require(lengths[:n] == list(range(t, t + n)), f"use_cache=False: the model got inputs of lengths "
                       f"{lengths}; expected the whole sequence each call: {list(range(t, t + n))}",
                       hint=j.mistake_hint())
-            j.require(all(r[1] == -1 for r in rows), f"use_cache=False: caches passed {[r[1] for r in rows]}; "
-                      "expected caches=None (-1)", hint=HINTS["gen_uncached_caches"])
         j.require(all(r[2] == 0 for r in rows), "the model ran with autograd on", hint=HINTS["no_grad"])
 
     return _case("generate", title, [call], error_hints(judge), seed=seed, part="cache_use")

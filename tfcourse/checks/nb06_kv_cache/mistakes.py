@@ -72,6 +72,9 @@ HINTS = {
     # DecoderBlock
     "residual_normed": "the residual stream carries x itself: h = x + attn(attn_norm(x), cache), not "
                        "attn_norm(x) + ...",
+    "residual_normed_both": "both residuals carry the stream itself: h = x + attn(attn_norm(x), cache), "
+                            "then h + ffn(ffn_norm(h)); overwriting x (or h) with its normalised value "
+                            "drops the residual of both sublayers",
     "post_norm": "pre-norm: normalise the sublayer's input, h = x + attn(attn_norm(x), cache); "
                  "attn_norm(x + attn(x)) is post-norm",
     "block_cache": "pass the cache on to the attention: self.attn(self.attn_norm(x), cache)",
@@ -112,6 +115,8 @@ HINTS = {
     "topp_unsorted": "top-p sorts the probabilities in descending order before the cumulative sum",
     "no_generator": "pass generator=generator to torch.multinomial (or your sampler): the same "
                     "generator state must give the same tokens",
+    "tokens_shape": "return one token per row, shape (B,): torch.multinomial(probs, 1) is (B, 1), "
+                    "so .squeeze(-1) it",
     "sample_errors": "raise ValueError for temperature < 0, top_k < 1 and top_p outside (0, 1]",
     # generate
     "whole_into_cache": "with a cache, feed only the new token after the prefill: model(next_token[:, "
@@ -316,8 +321,9 @@ def _block_class(*, residual: str = "x", pass_cache: bool = True, ffn_residual: 
                 return self.ffn_norm(h + self.ffn(h))
             n = self.attn_norm(x)
             h = (n if residual == "normed" else x) + self.attn(n, c)
-            f = self.ffn(self.ffn_norm(h if ffn_input == "h" else x))
-            return (h if ffn_residual == "h" else x) + f
+            m = self.ffn_norm(h if ffn_input == "h" else x)
+            f = self.ffn(m)
+            return {"h": h, "x": x, "normed": m}[ffn_residual] + f
 
     Block.__name__ = Block.__qualname__ = "DecoderBlock"
     return Block
@@ -571,6 +577,8 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
     ),
     "DecoderBlock": (
         _m("residual from the normalised x", "residual_normed", _block_class(residual="normed")),
+        _m("residual from the normalised x in both sublayers", "residual_normed_both",
+           _block_class(residual="normed", ffn_residual="normed")),
         _m("post-norm", "post_norm", _block_class(residual="post")),
         _m("cache not passed to attn", "block_cache", _block_class(pass_cache=False)),
         _m("second residual from x", "ffn_residual_x", _block_class(ffn_residual="x")),

@@ -461,3 +461,15 @@ def test_the_notebook_check_refuses_the_notebooks_own_reference_module():
     with pytest.raises(CheckFailed, match="hides that module"):
         run_checks("f", namespace["f"], [case], notebook=book)
     run_checks("g", namespace["g"], [case], notebook=book, verbose=False)
+
+
+def test_a_hidden_reference_import_is_explained():
+    """In the grader, importing the graded notebook's own reference raises ModuleNotFoundError:
+    the feedback says why, instead of the bare error."""
+    def answer(x):
+        import tfcourse.reference.nb99_nowhere  # noqa: F401 - as the grader's child sees nbNN's own
+        return x
+
+    case = Case("f", "ref", [Call("f", (torch.ones(2),))], lambda j: j.tensor(shape=(2,)))
+    result = judge_case(case, [run_call(Call("f", (torch.ones(2),)), {"f": answer})])
+    assert result.status == "error" and "hides the course's solutions" in result.message

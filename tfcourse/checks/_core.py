@@ -401,6 +401,9 @@ def judge_case(case: Case, outcomes: list[Outcome], expected: list[Outcome] | No
                               f"  hint: {o.error_message}")
         msg = (f"✗ {case.exercise}: raised {o.error_line()}\n"
                f"  while checking: {case.title}\n  inputs: {case.inputs()}")
+        if o.error_type in ("ModuleNotFoundError", "ImportError") and "tfcourse.reference" in o.error_message:
+            msg += ("\n  hint: the grader hides the course's solutions of the notebook being graded "
+                    "(tfcourse.reference.nbNN_*): use your own code from this notebook instead")
         return CaseResult("error", msg, error=o)
     return CaseResult("passed")
 

@@ -188,3 +188,29 @@ def test_a_load_error_inside_the_experts_points_to_swiglu_not_to_the_router():
         namespace["MoE"] = cls
         result = judge_case(case, [run_call(call, namespace) for call in case.calls])
         assert result.status == "failed" and says in result.message, result.message
+
+
+def test_a_bug_in_the_exact_form_costs_the_core_cell_only():
+    """Each gelu check cell runs its own form (also in half precision): an exact form with
+    x / 2 instead of x / sqrt(2) fails the core cell and keeps the tanh point (the newcomer saw
+    0/3 when the tanh cell ran the exact form's half cases too)."""
+    import math as _math
+
+    from tfcourse.checks import CheckFailed
+    from tfcourse.checks.nb05_feed_forward import check_gelu
+
+    def gelu(x, approximate="none"):
+        if approximate == "none":
+            y = 0.5 * x.float() * (1 + torch.erf(x.float() / 2.0))
+        elif approximate == "tanh":
+            xf = x.float()
+            y = 0.5 * xf * (1 + torch.tanh(_math.sqrt(2 / _math.pi) * (xf + 0.044715 * xf ** 3)))
+        else:
+            raise ValueError(approximate)
+        return y.to(x.dtype) if x.dtype != torch.float64 else (
+            0.5 * x * (1 + torch.erf(x / 2.0)) if approximate == "none"
+            else 0.5 * x * (1 + torch.tanh(_math.sqrt(2 / _math.pi) * (x + 0.044715 * x ** 3))))
+
+    check_gelu(gelu, part="tanh")
+    with pytest.raises(CheckFailed):
+        check_gelu(gelu, part="core")

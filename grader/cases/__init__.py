@@ -18,6 +18,7 @@ from tfcourse.checks._core import (
     CheckFailed,
     Judge,
     Mistake,
+    _fmt_dtype,
     judge_case,
     not_attempted,
     with_stand_ins,
@@ -44,6 +45,38 @@ def hidden_case(exercise: str, title: str, calls: Sequence[Call], seed: int, *,
 
     return Case(exercise, title, list(calls), wrap(judge) if wrap else judge, seed=seed, reference=True,
                 mistakes=mistakes, hidden=True, part=part)
+
+
+def tensors_judge(atol: float | None = None, rtol: float | None = None) -> Callable[[Judge], None]:
+    """A hidden case's judge for calls that return several tensors (a Call's steps flattened):
+    every tensor each call returned matches the reference's, with the same count, shape, dtype and
+    values (``atol``/``rtol``, else the dtype's tolerance); where the reference raised, the same
+    exception type. Tensors the framework makes from Python ints and None are compared wherever
+    they live (no device check, unlike :meth:`Judge.match_reference`)."""
+
+    def judge(j: Judge) -> None:
+        for call in range(len(j.case.calls)):
+            exp, o = j.expected[call], j.outcomes[call]
+            if exp.kind == "error":
+                j.require(o.kind == "error" and o.error_type == exp.error_type,
+                          f"expected {exp.error_type} ({exp.error_message.splitlines()[0][:80]}), but "
+                          f"{'it raised ' + o.error_type if o.kind == 'error' else 'nothing was raised'}", call=call)
+                continue
+            if o.kind == "error":
+                j.values(call)  # raises: reported as the answer's error
+            if o.kind == "bad_type":
+                j.fail(f"returned {o.type_name}; expected tensors")
+            j.require(len(o.tensors) == len(exp.tensors), f"returned {len(o.tensors)} tensors; expected "
+                      f"{len(exp.tensors)}", call=call)
+            for index, (got, want) in enumerate(zip(o.tensors, exp.tensors, strict=True)):
+                name = f"result {index + 1}" if len(exp.tensors) > 1 else "output"
+                j.require(tuple(got.shape) == tuple(want.shape), f"{name} has shape {tuple(got.shape)}; expected "
+                          f"{tuple(want.shape)}", hint=j.mistake_hint(call, index, check_shape_only=True), call=call)
+                j.require(got.dtype == want.dtype, f"{name} is {_fmt_dtype(got.dtype)}; expected "
+                          f"{_fmt_dtype(want.dtype)}", call=call)
+                j.close(got, want, name=name, atol=atol, rtol=rtol, call=call, index=index, oracle="reference")
+
+    return judge
 
 
 def cases_for(notebook: str, exercise: str, seed: int = DEFAULT_SEED) -> list[Case]:

@@ -14,7 +14,7 @@ and byte counts exactly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -37,6 +37,8 @@ from tfcourse.checks.nb06_kv_cache.cases import (
 from tfcourse.checks.nb06_kv_cache.mistakes import filtered_probs
 from tfcourse.device import make_generator
 
+from . import tensors_judge
+
 __all__ = ["EXERCISES", "cases", "hidden_cases"]
 
 
@@ -48,41 +50,10 @@ def _pick(g: torch.Generator, options: Sequence) -> object:
     return options[int(torch.randint(len(options), (1,), generator=g))]
 
 
-def _reference_judge(atol: float | None = None, rtol: float | None = None) -> Callable[[Judge], None]:
-    """Every tensor each call returned (steps flattened) matches the reference's: same count,
-    shape, dtype and values; where the reference raised, the same exception type. Tensors made
-    from ints and None are compared wherever they live (no device check: the framework makes them)."""
-
-    def judge(j: Judge) -> None:
-        for call in range(len(j.case.calls)):
-            exp = j.expected[call]
-            o = j.outcomes[call]
-            if exp.kind == "error":
-                j.require(o.kind == "error" and o.error_type == exp.error_type,
-                          f"expected {exp.error_type} ({exp.error_message.splitlines()[0][:80]}), but "
-                          f"{'it raised ' + o.error_type if o.kind == 'error' else 'nothing was raised'}", call=call)
-                continue
-            if o.kind == "error":
-                j.values(call)  # raises: reported as the answer's error
-            if o.kind == "bad_type":
-                j.fail(f"returned {o.type_name}; expected tensors")
-            j.require(len(o.tensors) == len(exp.tensors), f"returned {len(o.tensors)} tensors; expected "
-                      f"{len(exp.tensors)}", call=call)
-            for index, (got, want) in enumerate(zip(o.tensors, exp.tensors, strict=True)):
-                name = f"result {index + 1}" if len(exp.tensors) > 1 else "output"
-                j.require(tuple(got.shape) == tuple(want.shape), f"{name} has shape {tuple(got.shape)}; expected "
-                          f"{tuple(want.shape)}", hint=j.mistake_hint(call, index, check_shape_only=True), call=call)
-                j.require(got.dtype == want.dtype, f"{name} is {_fmt_dtype(got.dtype)}; expected "
-                          f"{_fmt_dtype(want.dtype)}", call=call)
-                j.close(got, want, name=name, atol=atol, rtol=rtol, call=call, index=index, oracle="reference")
-
-    return judge
-
-
 def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, part: str = "core",
             dtype: torch.dtype | None = None) -> Case:
     atol, rtol = ATTN_TOL[dtype] if dtype is not None else (None, None)
-    return Case(exercise, f"hidden case: {title}", calls, error_hints(_reference_judge(atol, rtol)), seed=seed,
+    return Case(exercise, f"hidden case: {title}", calls, error_hints(tensors_judge(atol, rtol)), seed=seed,
                 reference=True, mistakes=MISTAKES[exercise], hidden=True, part=part)
 
 

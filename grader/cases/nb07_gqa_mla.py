@@ -14,12 +14,10 @@ byte counts exactly; half precision within ``HALF_TOLERANCE`` of the reference i
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from tfcourse.checks._calls import Call, Instance, Step
-from tfcourse.checks._core import Case, Judge, _fmt_dtype
+from tfcourse.checks._core import Case, _fmt_dtype
 from tfcourse.checks.nb07_gqa_mla import EXERCISES, MISTAKES, visible_cases
 from tfcourse.checks.nb07_gqa_mla.cases import (
     ATTN_TOL,
@@ -33,6 +31,7 @@ from tfcourse.checks.nb07_gqa_mla.cases import (
 )
 from tfcourse.device import make_generator
 
+from . import tensors_judge
 from .half import HALF_DTYPES, half_case
 
 __all__ = ["EXERCISES", "cases", "hidden_cases"]
@@ -48,39 +47,10 @@ def _int(g: torch.Generator, low: int, high: int) -> int:
     return int(torch.randint(low, high, (1,), generator=g))
 
 
-def _reference_judge(atol: float | None = None, rtol: float | None = None) -> Callable[[Judge], None]:
-    """Every tensor each call returned (steps flattened) matches the reference's: same count,
-    shape, dtype and values; where the reference raised, the same exception type."""
-
-    def judge(j: Judge) -> None:
-        for call in range(len(j.case.calls)):
-            exp, o = j.expected[call], j.outcomes[call]
-            if exp.kind == "error":
-                j.require(o.kind == "error" and o.error_type == exp.error_type,
-                          f"expected {exp.error_type} ({exp.error_message.splitlines()[0][:80]}), but "
-                          f"{'it raised ' + o.error_type if o.kind == 'error' else 'nothing was raised'}", call=call)
-                continue
-            if o.kind == "error":
-                j.values(call)  # raises: reported as the answer's error
-            if o.kind == "bad_type":
-                j.fail(f"returned {o.type_name}; expected tensors")
-            j.require(len(o.tensors) == len(exp.tensors), f"returned {len(o.tensors)} tensors; expected "
-                      f"{len(exp.tensors)}", call=call)
-            for index, (got, want) in enumerate(zip(o.tensors, exp.tensors, strict=True)):
-                name = f"result {index + 1}" if len(exp.tensors) > 1 else "output"
-                j.require(tuple(got.shape) == tuple(want.shape), f"{name} has shape {tuple(got.shape)}; expected "
-                          f"{tuple(want.shape)}", hint=j.mistake_hint(call, index, check_shape_only=True), call=call)
-                j.require(got.dtype == want.dtype, f"{name} is {_fmt_dtype(got.dtype)}; expected "
-                          f"{_fmt_dtype(want.dtype)}", call=call)
-                j.close(got, want, name=name, atol=atol, rtol=rtol, call=call, index=index, oracle="reference")
-
-    return judge
-
-
 def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, part: str = "core",
             dtype: torch.dtype | None = None) -> Case:
     atol, rtol = ATTN_TOL[dtype] if dtype is not None else (0.0, 0.0)
-    return Case(exercise, f"hidden case: {title}", calls, with_errors(_reference_judge(atol, rtol)), seed=seed,
+    return Case(exercise, f"hidden case: {title}", calls, with_errors(tensors_judge(atol, rtol)), seed=seed,
                 reference=True, mistakes=MISTAKES[exercise], hidden=True, part=part)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Call", "DEVICE", "FORBIDDEN_SHAPE", "Instance", "MODIFIED_INPUT", "NO_GRADIENT", "grad_output_for", "Step", "TorchModule",
+__all__ = ["Call", "DEVICE", "FORBIDDEN_SHAPE", "INT_STEP", "Instance", "MODIFIED_INPUT", "NO_GRADIENT", "grad_output_for", "Step", "TorchModule",
            "Outcome", "load_parameters", "run_call", "TORCH_MODULES"]
 
 # An argument that stands for "the device the check runs on" (cpu in a notebook, the grader's
@@ -118,6 +118,13 @@ class Step:
     attribute: bool = False
 
 
+# A step that reads an answer that must be a Python int: an int's ``.numerator`` is the int itself;
+# a float or a tensor has none (AttributeError), a numpy integer returns a numpy integer (which
+# comes back as a bad type). ``__index__`` would accept numpy and tensor ints. See
+# ``_core.not_a_python_int`` for naming what came back instead.
+INT_STEP = Step("numerator", attribute=True)
+
+
 @dataclass(frozen=True)
 class Call:
     """``result = target(*args, **kwargs)``; then optionally load ``state`` into the result
@@ -169,7 +176,7 @@ class Call:
             text += f", called on ({', '.join(fparts)})"
         for step in self.steps:
             owner = f"<{step.on}>" if step.on else "it"
-            if (step.method == "__index__" or (step.method == "numerator" and step.attribute)) and not step.on:
+            if (step.method == "__index__" or step == INT_STEP) and not step.on:
                 text += ", which must be a Python int"
                 continue
             if step.attribute:

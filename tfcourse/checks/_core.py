@@ -24,6 +24,7 @@ import dis
 import functools
 import importlib
 import math
+import re
 import types
 import warnings
 from collections.abc import Callable, Sequence
@@ -406,6 +407,20 @@ def judge_case(case: Case, outcomes: list[Outcome], expected: list[Outcome] | No
                     "(tfcourse.reference.nbNN_*): use your own code from this notebook instead")
         return CaseResult("error", msg, error=o)
     return CaseResult("passed")
+
+
+def not_a_python_int(outcome: Outcome) -> str | None:
+    """What a call read through ``INT_STEP`` returned instead of a Python int ("a float", "a
+    Tensor", "a numpy int64", ...), or None when it returned an int or raised on its own."""
+    if outcome.kind == "error" and outcome.error_type == "AttributeError" and "'numerator'" in outcome.error_message:
+        found = re.match(r"'([\w.]+)' object", outcome.error_message)
+        name = found.group(1).replace("numpy.", "numpy ") if found else "value that is not an int"
+    elif outcome.kind == "bad_type":
+        numpy_int = re.fullmatch(r"tuple of \((u?int\d*)\)", outcome.type_name)  # a numpy integer's numerator
+        name = f"numpy {numpy_int.group(1)}" if numpy_int else outcome.type_name
+    else:
+        return None
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def not_attempted(outcomes: list[Outcome]) -> bool:

@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from ...device import make_generator
-from .._calls import NO_GRADIENT, Call, Step, grad_output_for
-from .._core import Case, Judge, _fmt_dtype
+from .._calls import INT_STEP, NO_GRADIENT, Call, Step, grad_output_for
+from .._core import Case, Judge, _fmt_dtype, not_a_python_int
 from .mistakes import HINTS, MISTAKES
 
 __all__ = ["EXERCISES", "GRAD_TOL", "LOAD_HINTS", "MARGIN", "MOE_GRAD_NAMES", "MOE_NAMES", "ROUTE_NAMES",
@@ -324,25 +324,21 @@ def _swiglu_cases() -> list[Case]:
 # swiglu_hidden_dim: Meta's published widths
 # ---------------------------------------------------------------------------------------------
 def hidden_dim_call(*args, **kwargs) -> Call:
-    """``swiglu_hidden_dim(*args, **kwargs)``, then read ``.numerator`` of the result: a Python int
-    has one (itself), a float or a tensor does not, so the answer's type shows."""
-    return Call("swiglu_hidden_dim", args, kwargs, steps=(Step("numerator", attribute=True),))
+    """``swiglu_hidden_dim(*args, **kwargs)``, read through ``INT_STEP``: the answer's type shows."""
+    return Call("swiglu_hidden_dim", args, kwargs, steps=(INT_STEP,))
 
 
 def judge_hidden_dim(j: Judge, want: int | None = None, expected_call: int | None = None) -> None:
     """The answer is a Python int equal to ``want`` (or to the reference's outcome of the call)."""
     o = j.outcomes[0]
-    if o.kind == "error" and o.error_type == "AttributeError" and "numerator" in o.error_message:
-        found = re.match(r"'([\w.]+)' object", o.error_message)
-        name = found.group(1).replace("numpy.", "numpy ") if found else "value that is not an int"
-        j.fail(f"returned a {name}; expected a Python int", hint=HINTS["python_int"])
-    numpy_int = re.fullmatch(r"tuple of \((u?int\d+)\)", o.type_name) if o.kind == "bad_type" else None
-    if numpy_int:  # a numpy integer has .numerator too, but is not a Python int
-        j.fail(f"returned a numpy {numpy_int.group(1)}; expected a Python int",
-               hint=f"a numpy {numpy_int.group(1)} is not a Python int: return int(...) of it, or keep to Python "
+    instead = not_a_python_int(o)
+    if instead and instead.startswith("a numpy ") and "int" in instead:  # has .numerator, is not a Python int
+        kind = instead.removeprefix("a numpy ")
+        j.fail(f"returned a numpy {kind}; expected a Python int",
+               hint=f"a numpy {kind} is not a Python int: return int(...) of it, or keep to Python "
                     "ints (// and math.ceil give ints)")
-    if o.kind == "bad_type" or (o.ok and (len(o.tensors) != 1 or o.tensors[0].dtype != torch.int64)):
-        j.fail(f"returned {o.type_name or 'a value that is not an int'}; expected a Python int",
+    if instead or (o.ok and (len(o.tensors) != 1 or o.tensors[0].dtype != torch.int64)):
+        j.fail(f"returned {instead or 'a value that is not an int'}; expected a Python int",
                hint=HINTS["python_int"])
     if o.kind == "error":
         j.values(0)  # reports the exception

@@ -20,15 +20,14 @@ token depends on the whole history it sees through the caches (greedy margins â‰
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from ...device import make_generator
-from .._calls import DEVICE, Call, Instance, Step
-from .._core import Case, Judge, _fmt_dtype
+from .._calls import DEVICE, INT_STEP, Call, Instance, Step
+from .._core import Case, Judge, _fmt_dtype, not_a_python_int
 from .mistakes import HINTS, MISTAKES, SAMPLING, filtered_probs
 
 __all__ = ["ATTN_TOL", "EXERCISES", "GENERATOR", "N_DRAWS", "PROBE", "attention_oracle", "attention_state",
@@ -730,35 +729,17 @@ def _generate_cases() -> list[Case]:
 # ---------------------------------------------------------------------------------------------
 # kv_cache_bytes and apply_repetition_penalty
 # ---------------------------------------------------------------------------------------------
-# The answer must be a Python int: read it back as ``.numerator``, which a Python int has (itself),
-# a float and a tensor have not, and a numpy integer returns as a numpy integer (not flattened:
-# bad_type). ``__index__`` would accept numpy and tensor ints, which the task cell refuses.
-INT_STEP = Step("numerator", attribute=True)
-
-
 def _bytes_call(*args: int, **kwargs: int) -> Call:
-    return Call("kv_cache_bytes", args, kwargs, steps=(INT_STEP,))
-
-
-def not_an_int(o) -> str | None:
-    """The type an answer returned instead of a Python int (the INT_STEP failed on it), else None."""
-    if o.kind == "bad_type":
-        return o.type_name
-    if o.kind == "error" and o.error_type == "AttributeError" and "'numerator'" in o.error_message:
-        found = re.match(r"'([^']+)' object has no attribute", o.error_message)
-        return found.group(1) if found else "another type"
-    return None
+    return Call("kv_cache_bytes", args, kwargs, steps=(INT_STEP,))  # the answer must be a Python int
 
 
 def require_ints(j: Judge) -> None:
     """Fail, with the int hint, when a kv_cache_bytes call returned a float, a tensor or a numpy int."""
     for i, call in enumerate(j.case.calls):
-        kind = not_an_int(j.outcomes[i])
-        if kind is not None:
-            inner = re.search(r"\(([^)]*)\)", kind)  # a numpy integer comes back as "tuple of (int64)"
-            what = {"float": "a float", "Tensor": "a tensor"}.get(kind) or (
-                f"a numpy {inner.group(1)}" if inner and "int" in inner.group(1) else f"a {kind}")
-            j.fail(f"kv_cache_bytes{call.args} returned {what}; expected a Python int", hint=HINTS["int"])
+        instead = not_a_python_int(j.outcomes[i])
+        if instead is not None:
+            instead = {"a Tensor": "a tensor"}.get(instead, instead)
+            j.fail(f"kv_cache_bytes{call.args} returned {instead}; expected a Python int", hint=HINTS["int"])
 
 
 def _bytes_case(title: str, rows: list[tuple[tuple, dict, int]]) -> Case:

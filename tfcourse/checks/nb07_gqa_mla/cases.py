@@ -20,15 +20,14 @@ modules atol/rtol 1e-4; repeat_kv exactly (it only copies).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from ...device import make_generator
-from .._calls import FORBIDDEN_SHAPE, Call, Instance, Step
-from .._core import Case, Judge, _fmt_dtype
+from .._calls import FORBIDDEN_SHAPE, INT_STEP, Call, Instance, Step
+from .._core import Case, Judge, _fmt_dtype, not_a_python_int
 from .mistakes import HINTS, MISTAKES
 
 __all__ = ["ATTN_TOL", "EXERCISES", "INT_STEP", "LOADER", "absorb_forbidden", "error_hint", "gqa_oracle", "gqa_state", "mla_oracle", "mla_state",
@@ -78,29 +77,16 @@ def error_hint(j: Judge, call: int) -> str | None:
     return hints.pop() if len(hints) == 1 else None
 
 
-# The step that reads a byte count back: a Python int's .numerator is the int itself; a float or a
-# tensor has none (AttributeError), a numpy integer returns a numpy integer (not an int).
-INT_STEP = Step("numerator", attribute=True)
-
-
 def python_int_failure(j: Judge, call: int) -> None:
     """Fail, saying what came back, when a call read through INT_STEP did not return a Python int
     (the AttributeError is the check's reading, not an exception of the answer's)."""
-    o = j.outcomes[call]
     if j.case.calls[call].steps != (INT_STEP,) or (j.expected is not None and j.expected[call].kind == "error"):
         return
-    what = ", ".join([*map(repr, j.case.calls[call].args),
-                      *(f"{k}={v!r}" for k, v in j.case.calls[call].kwargs.items())])
-    name = ""
-    if o.kind == "error" and o.error_type == "AttributeError" and "'numerator'" in o.error_message:
-        found = re.match(r"'([\w.]+)' object", o.error_message)
-        name = found.group(1).replace("numpy.", "numpy ") if found else "value that is not an int"
-    elif o.kind == "bad_type":
-        numpy_int = re.fullmatch(r"tuple of \(((u?int|int)\d*)\)", o.type_name)
-        name = f"numpy {numpy_int.group(1)}" if numpy_int else o.type_name
-    if name:
-        article = "an" if name[0] in "aeiou" else "a"
-        j.fail(f"{j.case.calls[call].target}({what}) returned {article} {name}; expected a Python int",
+    instead = not_a_python_int(j.outcomes[call])
+    if instead:
+        what = ", ".join([*map(repr, j.case.calls[call].args),
+                          *(f"{k}={v!r}" for k, v in j.case.calls[call].kwargs.items())])
+        j.fail(f"{j.case.calls[call].target}({what}) returned {instead}; expected a Python int",
                hint=HINTS["bytes_int"])
 
 

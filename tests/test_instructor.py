@@ -337,3 +337,29 @@ def test_learner_env_folder_holds_no_answer_key_past_through(tmp_path) -> None:
     assert f'NOTEBOOKS = ["{NB1}", "{NB2}"]' in init
     assert not (tmp_path / "grader").exists()
     assert (tmp_path / "tfcourse" / "checks" / "nb07_gqa_mla").is_dir()  # checks of every notebook
+
+
+def test_visible_check_without_the_reference_says_why() -> None:
+    """In a learner environment without this notebook's reference, a check whose exercise calls a
+    failing one cannot stand the course's version in: it fails and says why (with the
+    reference installed, the same answer passes: one bug costs points once)."""
+    import dataclasses
+    import math
+
+    import torch
+
+    from tfcourse.checks import _core
+    from tfcourse.checks import nb01_attention as checks
+
+    from .test_nbgrader_roundtrip import NAN_SOFTMAX, SDPA_ON_OWN_SOFTMAX
+
+    ns: dict = {"torch": torch, "math": math}
+    exec(NAN_SOFTMAX + SDPA_ON_OWN_SOFTMAX, ns)
+    sdpa = ns["scaled_dot_product_attention"]
+    cases = checks.NOTEBOOK.cases("scaled_dot_product_attention")
+    _core.run_checks("scaled_dot_product_attention", sdpa, cases, notebook=checks.NOTEBOOK, verbose=False)
+    absent = dataclasses.replace(checks.NOTEBOOK, reference="tfcourse.reference.nb99_not_installed")
+    with pytest.raises(_core.CheckFailed) as failed:
+        _core.run_checks("scaled_dot_product_attention", sdpa, cases, notebook=absent, verbose=False)
+    assert "your `softmax` fails its own check" in str(failed.value), str(failed.value)
+    assert "nb99_not_installed is not installed" in str(failed.value)

@@ -230,6 +230,37 @@ def test_misnamed_notebook_and_locked_gradebook(term, tmp_path, capsys) -> None:
         assert not (copy / "autograded" / "late").exists()
 
 
+def test_late_penalty_and_init_again(term, tmp_path, capsys) -> None:
+    """A late submission gets nbgrader's configured penalty (here: zero points), and init run again
+    on a course with grades keeps them."""
+    from nbgrader.api import Gradebook
+
+    course, _, _ = term
+    copy = tmp_path / "course"
+    shutil.copytree(course, copy)
+    with open(copy / "nbgrader_config.py", "a") as f:
+        f.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
+    url = f"sqlite:///{copy / 'gradebook.db'}"
+    with Gradebook(url, "tfcourse") as gb:
+        gb.update_or_create_assignment(NB2, duedate="2026-11-30 23:59:00 UTC")
+    rc, out, err = _run(capsys, "grade", str(copy), "--assignment", NB2, "--student", "partial", "--force",
+                        *_named())
+    assert rc == 0 and "1 submission(s) to grade" in out, (out, err)
+    with Gradebook(url, "tfcourse") as gb:
+        late = gb.find_submission(NB2, "partial")
+        # nbgrader keeps the raw score; export and formgrader subtract the penalty
+        assert (late.score, late.late_submission_penalty) == (10, 10)
+        assert gb.find_submission(NB2, "full").late_submission_penalty in (None, 0)  # not graded again
+    rc, _, err = _run(capsys, "init", str(copy), "--assignments", f"{NB1},{NB2}")
+    assert rc == 0, err
+    with Gradebook(url, "tfcourse") as gb:
+        assert gb.find_submission(NB1, "partial").score == 8
+        assert gb.find_submission(NB1, "hostile").score == 8
+    assert (copy / "submitted" / "full" / NB1 / f"{NB1}.ipynb").exists()
+    rc, out, _ = _run(capsys, "grade", str(copy), *_named())
+    assert rc == 0 and "0 submission(s) to grade, 6 already graded" in out, out
+
+
 def test_manual_score_survives_a_second_grade_run(term, capsys) -> None:
     """Runs last (it changes the course): a score given in formgrader is never overwritten."""
     from nbgrader.api import Gradebook

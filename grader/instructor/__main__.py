@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("grade", help="grade submitted/ into nbgrader's gradebook")
     g.add_argument("course", type=Path, metavar="COURSE_DIR")
     g.add_argument("--assignment", metavar="A", help="grade this assignment only (default: all)")
+    g.add_argument("--student", metavar="S", help="grade this student's submissions only (default: all)")
     g.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded in parallel (default: 1)")
     g.add_argument("--scheduler", metavar="ADDRESS", help="a Dask scheduler (not wired up yet)")
     g.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         memory = args.memory if args.memory is not None else (0 if device.startswith("cuda") else Limits().memory_mb)
         limits = Limits(timeout=args.timeout, memory_mb=memory)
         return grade(args.course, assignment=args.assignment, jobs=args.jobs, device=device, seed=args.seed,
-                     force=args.force, lock_wait=args.lock_wait, limits=limits)
+                     force=args.force, lock_wait=args.lock_wait, limits=limits, student=args.student)
     except InstructorError as exc:
         print(f"grader.instructor: {exc}", file=sys.stderr)
         return 1

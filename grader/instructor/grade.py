@@ -67,12 +67,15 @@ def _key(job_nb: Path, source_nb: Path, seed: int) -> str:
     return h.hexdigest()
 
 
-def find_jobs(course: Path, coursedir, assignments: list[str], seed: int) -> tuple[list[Job], list[str]]:
+def find_jobs(course: Path, coursedir, assignments: list[str], seed: int,
+              student: str | None = None) -> tuple[list[Job], list[str]]:
     """The submissions to grade and, per student, the ones that cannot be (one line each)."""
     jobs, problems = [], []
     submitted = course / coursedir.submitted_directory
     students = sorted(p for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []
     for folder in students:
+        if student is not None and folder.name != student:
+            continue
         for name in assignments:
             where = folder / name
             if not where.is_dir():
@@ -242,10 +245,30 @@ def write_gradebook(gb, coursedir, job: Job, row: dict) -> None:
                 grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
             for comment in snb.comments:
                 comment.auto_comment = "No response." if comment.name in untouched else None
+        db.flush()
+        _late_penalties(db, coursedir, job, submission)
         db.commit()
     except BaseException:
         db.rollback()
         raise
+
+
+def _late_penalties(db, coursedir, job: Job, submission) -> None:
+    """nbgrader's AssignLatePenalties, inside our transaction: its configured plugin
+    (``AssignLatePenalties.plugin_class``, ``LateSubmissionPlugin.penalty_method``) and its rule."""
+    from nbgrader.preprocessors import AssignLatePenalties
+
+    late = AssignLatePenalties(config=coursedir.config)
+    late.init_plugin()
+    db.refresh(submission)  # the SQL-computed scores and lateness, with this transaction's writes
+    for snb in submission.notebooks:
+        db.refresh(snb)
+        snb.late_submission_penalty = None
+        if submission.total_seconds_late > 0:
+            penalty = late.plugin_inst.late_submission_penalty(job.student, snb.score,
+                                                               submission.total_seconds_late)
+            if penalty is not None:
+                snb.late_submission_penalty = min(max(penalty, 0), snb.score)
 
 
 def _locked(exc: BaseException) -> bool:
@@ -297,7 +320,7 @@ def save(course: Path, coursedir, job: Job, row: dict, *, lock_wait: float, log)
 
 
 def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed: int, force: bool,
-          lock_wait: float, limits=None, log=print) -> int:
+          lock_wait: float, limits=None, student: str | None = None, log=print) -> int:
     from nbgrader.api import Gradebook
 
     from .. import sandbox
@@ -329,7 +352,11 @@ def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed:
     except (sandbox.SandboxError, RuntimeError) as exc:
         raise InstructorError(str(exc)) from None
     sandbox.protect([course.resolve()])
-    todo, problems = find_jobs(course, coursedir, ours, seed)
+    todo, problems = find_jobs(course, coursedir, ours, seed, student)
+    if student is not None and not todo and not problems:
+        raise InstructorError(f"no submission of student {student!r} in "
+                              f"{course / coursedir.submitted_directory}: check the name (nbgrader collect "
+                              "puts it there)")
     skipped = [] if force else [j for j in todo if is_current(course, coursedir, j)]
     todo = [j for j in todo if j not in skipped]
     log(f"{len(todo)} submission(s) to grade, {len(skipped)} already graded (sandbox {isolation.mode})")

@@ -147,6 +147,23 @@ def test_honest_submissions_agree_with_nbgrader_autograde(term) -> None:
     assert sum(_cell_scores(course, NB1, "hostile").values()) < 10
 
 
+def test_formgrader_sees_graded_submissions(term) -> None:
+    """What formgrader lists (through nbgrader's NbGraderAPI): every submission autograded (the
+    gradebook's timestamp is timestamp.txt's), with our scores, nothing waiting for a manual grade."""
+    from nbgrader.apps import NbGraderAPI
+
+    from grader.instructor.course import course_directory
+
+    course, _, _ = term
+    api = NbGraderAPI(coursedir=course_directory(course))
+    for name in (NB1, NB2):
+        assert api.get_autograded_students(name) == set(STUDENTS)
+    hostile = api.get_submission(NB1, "hostile")
+    assert hostile["autograded"] and hostile["score"] == 8 and not hostile["needs_manual_grade"], hostile
+    (nb,) = api.get_student_notebook_submissions("partial", NB1)
+    assert nb["score"] == 8 and nb["failed_tests"], nb
+
+
 def test_nbgrader_export(term) -> None:
     course, _, env = term
     _nbgrader(course, env, "export", "--to", "grades.csv")

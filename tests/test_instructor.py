@@ -278,6 +278,35 @@ def test_late_penalty_and_init_again(term, tmp_path, capsys) -> None:
     assert rc == 0 and "0 submission(s) to grade, 6 already graded" in out, out
 
 
+def test_killed_run_continues(term, tmp_path, capsys) -> None:
+    """A grade run killed (SIGKILL) after its first submission leaves a consistent gradebook, and
+    the next run grades only what was left."""
+    import re
+
+    course, _, _ = term
+    copy = tmp_path / "course"
+    shutil.copytree(course, copy)
+    for marker in (copy / "autograded").glob(f"*/{NB1}/.tfcourse-grade.json"):
+        marker.unlink()
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "grader.instructor", "grade", str(copy),
+                             "--assignment", NB1, *_named()], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+    try:
+        for line in proc.stdout:
+            if line.startswith("graded "):
+                proc.kill()
+                break
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert proc.returncode == -9
+    rc, out, err = _run(capsys, "grade", str(copy), "--assignment", NB1, *_named())
+    todo, done = map(int, re.search(r"(\d+) submission\(s\) to grade, (\d+) already graded", out).groups())
+    assert rc == 0 and done >= 1 and todo + done == 3 and todo >= 1, (out, err)
+    for student in STUDENTS:
+        assert _cell_scores(copy, NB1, student) == _cell_scores(course, NB1, student)
+
+
 def test_manual_score_survives_a_second_grade_run(term, capsys) -> None:
     """Runs last (it changes the course): a score given in formgrader is never overwritten."""
     from nbgrader.api import Gradebook

@@ -593,7 +593,12 @@ def with_stand_ins(exercise: str, obj: Any, notebook: NotebookChecks | None,
         return failure, []
     try:
         reference = importlib.import_module(notebook.reference)
-    except ImportError:  # the course's solutions are not installed here
+    except ImportError:  # the course's solutions are not installed here (a learner environment
+        # built by `python -m grader.instructor learner-env` before this notebook's due date)
+        failing = ", ".join(f"`{n}`" for n in names)
+        failure.args = (f"{failure}\n  note: your {failing} fails its own check, and the course's version "
+                        f"cannot stand in here ({notebook.reference} is not installed): fix it first",
+                        *failure.args[1:])
         return failure, []
     scope = _globals_of(obj)
     saved = {n: scope[n] for n in names}

@@ -1,0 +1,99 @@
+"""python -m grader.instructor init|grade|learner-env: an nbgrader course from this repository.
+
+Exit status: 0 done; 1 with a one-line error naming the fix (or, for grade, when some
+submissions could not be graded: one line per student on stderr); 2 usage error; 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ..cases import DEFAULT_SEED
+from ..runner import Limits
+from . import InstructorError
+
+DESCRIPTION = """\
+Run this course on nbgrader, graded by the sandboxed grader. docs/instructor.md walks a term:
+
+  init COURSE_DIR          source/ from solutions/, release/ by nbgrader generate_assignment
+  grade COURSE_DIR         submitted/* graded by our grader, scores into nbgrader's gradebook
+  learner-env --through N  a wheel for the learners' kernels: no grader, reference up to N
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = Limits()
+    p = argparse.ArgumentParser(prog="python -m grader.instructor", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    i = sub.add_parser("init", help="create or update an nbgrader course directory")
+    i.add_argument("course", type=Path, metavar="COURSE_DIR")
+    i.add_argument("--assignments", metavar="NAMES",
+                   help="comma-separated notebooks, e.g. 01_attention,02_multi_head_attention (default: all)")
+    i.add_argument("--course-id", help="nbgrader course_id written into a new nbgrader_config.py "
+                                       "(default: tfcourse)")
+    g = sub.add_parser("grade", help="grade submitted/ into nbgrader's gradebook")
+    g.add_argument("course", type=Path, metavar="COURSE_DIR")
+    g.add_argument("--assignment", metavar="A", help="grade this assignment only (default: all)")
+    g.add_argument("--student", metavar="S", help="grade this student's submissions only (default: all)")
+    g.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded in parallel (default: 1)")
+    g.add_argument("--scheduler", metavar="ADDRESS", help="a Dask scheduler (not wired up yet)")
+    g.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
+    g.add_argument("--sandbox", choices=("auto", "bwrap", "unshare", "none"), default=None,
+                   help="as for python -m grader (default: $TFCOURSE_SANDBOX or auto, bubblewrap required)")
+    g.add_argument("--timeout", type=float, default=d.timeout, metavar="SECONDS")
+    g.add_argument("--memory", type=int, default=None, metavar="MIB")
+    g.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    g.add_argument("--force", action="store_true", help="grade again submissions already graded unchanged")
+    g.add_argument("--lock-wait", type=float, default=60, metavar="SECONDS",
+                   help="how long to retry while the gradebook is locked (default: 60)")
+    e = sub.add_parser("learner-env", help="build what to install in the learners' kernels")
+    e.add_argument("--through", required=True, metavar="NN_topic",
+                   help="the last notebook whose reference code the learners may have, e.g. 01_attention")
+    e.add_argument("--out", type=Path, default=Path("dist"), help="output folder (default: dist/)")
+    e.add_argument("--folder", action="store_true", help="write a tfcourse/ folder instead of a wheel")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "init":
+            from .course import init
+
+            return init(args.course, args.assignments, args.course_id)
+        if args.command == "learner-env":
+            from .learner_env import build
+
+            print(build(args.through, args.out, folder=args.folder))
+            return 0
+        if args.jobs < 1 or args.timeout <= 0 or (args.memory is not None and args.memory < 0):
+            parser.error("--jobs, --timeout must be positive; --memory must be >= 0")
+        if args.scheduler:
+            raise InstructorError("--scheduler is not wired up yet: grade with --jobs N on this machine")
+        from tfcourse.device import get_device
+
+        from .. import sandbox
+        from .grade import grade
+
+        if args.sandbox:
+            os.environ[sandbox.ENV_VAR] = args.sandbox
+        device = str(get_device(args.device))
+        memory = args.memory if args.memory is not None else (0 if device.startswith("cuda") else Limits().memory_mb)
+        limits = Limits(timeout=args.timeout, memory_mb=memory)
+        return grade(args.course, assignment=args.assignment, jobs=args.jobs, device=device, seed=args.seed,
+                     force=args.force, lock_wait=args.lock_wait, limits=limits, student=args.student)
+    except InstructorError as exc:
+        print(f"grader.instructor: {exc}", file=sys.stderr)
+        return 1
+    except RuntimeError as exc:  # e.g. --device cuda without CUDA
+        print(f"grader.instructor: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,409 @@
+"""``grade``: every ``submitted/<student>/<assignment>/`` through the sandboxed grader, the
+verdict written into nbgrader's gradebook and ``autograded/`` as nbgrader autograde would.
+
+Per submission, after grading (learner code only ever runs in the grader's sandboxed child):
+
+* the gradebook, in ONE transaction: the student and the submission created as nbgrader creates
+  them (``Gradebook.add_submission``'s structure), ``auto_score`` of every test cell from our
+  verdict, ``needs_manual_grade`` as nbgrader's SaveAutoGrades sets it, "No response." on
+  untouched answer cells. ``manual_score`` is never written: a score given in formgrader stays;
+* ``autograded/<student>/<assignment>/<assignment>.ipynb``: the submission sanitised by nbgrader's
+  own preprocessors (locked cells and hidden tests restored from the gradebook), each test cell
+  carrying our message as its output (an error output when it lost points), so formgrader and
+  ``nbgrader generate_feedback`` show it;
+* a marker ``.tfcourse-grade.json`` next to it, written last: a re-run skips submissions whose
+  marker matches (same notebook, timestamp, seed and source), so an interrupted run continues.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import InstructorError
+from .course import course_directory, course_notebooks, nbgrader_on_path
+
+MARKER = ".tfcourse-grade.json"
+
+
+@dataclass
+class Job:
+    student: str
+    assignment: str
+    notebook: Path  # submitted/<student>/<assignment>/<assignment>.ipynb
+    key: str  # what the marker must say for the grading to be current
+
+
+def _sqlite_path(db_url: str) -> Path | None:
+    return Path(db_url.removeprefix("sqlite:///")) if db_url.startswith("sqlite:///") else None
+
+
+def open_course(course: Path):
+    """(CourseDirectory, course_id) of an existing nbgrader course, or a one-line error."""
+    if not course.is_dir():
+        raise InstructorError(f"{course} is not a folder: create the course with "
+                              f"`python -m grader.instructor init {course}`")
+    coursedir = course_directory(course)
+    db = _sqlite_path(coursedir.db_url)
+    if db is not None and not db.exists():
+        raise InstructorError(f"{course} is not an nbgrader course (no {db.name}): create it with "
+                              f"`python -m grader.instructor init {course}`")
+    return coursedir
+
+
+def _key(job_nb: Path, source_nb: Path, seed: int) -> str:
+    h = hashlib.sha256()
+    for path in (job_nb, job_nb.parent / "timestamp.txt", source_nb):
+        h.update(path.read_bytes() if path.exists() else b"-")
+        h.update(b"\0")
+    h.update(str(seed).encode())
+    return h.hexdigest()
+
+
+def find_jobs(course: Path, coursedir, assignments: list[str], seed: int,
+              student: str | None = None) -> tuple[list[Job], list[str]]:
+    """The submissions to grade and, per student, the ones that cannot be (one line each)."""
+    jobs, problems = [], []
+    submitted = course / coursedir.submitted_directory
+    students = sorted(p for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []
+    for folder in students:
+        if student is not None and folder.name != student:
+            continue
+        for name in assignments:
+            where = folder / name
+            if not where.is_dir():
+                continue
+            nb = where / f"{name}.ipynb"
+            if not nb.is_file():
+                others = sorted(p.name for p in where.glob("*.ipynb"))
+                found = f"it holds {', '.join(others)}" if others else "it holds no notebook"
+                problems.append(f"{folder.name}/{name}: no {name}.ipynb ({found}): rename the learner's "
+                                f"notebook to {name}.ipynb in {where} and run grade again")
+                continue
+            source = course / coursedir.source_directory / name / f"{name}.ipynb"
+            jobs.append(Job(folder.name, name, nb, _key(nb, source, seed)))
+    return jobs, problems
+
+
+def _marker(course: Path, coursedir, job: Job) -> Path:
+    return course / coursedir.autograded_directory / job.student / job.assignment / MARKER
+
+
+def is_current(course: Path, coursedir, job: Job) -> bool:
+    try:
+        return json.loads(_marker(course, coursedir, job).read_text()).get("key") == job.key
+    except (OSError, ValueError):
+        return False
+
+
+def _failed_row(job: Job, exc: BaseException) -> dict:
+    """A row with every test cell at 0 when the grader itself failed on this submission."""
+    from ..course import load_course
+    from ..grading import _with_parts
+
+    nb = load_course()[job.assignment]
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return {"notebooks": [{"notebook": job.assignment, "status": "unreadable", "score": 0.0,
+                           "max_score": nb.max_score, "exercises": [
+                               _with_parts({"exercise": e.name, "status": "error", "score": 0.0,
+                                            "max_score": e.points,
+                                            "feedback": f"✗ {e.name}: the grader failed on this "
+                                                        f"notebook ({type(exc).__name__}: {first})"}, e)
+                               for e in nb.exercises]}]}
+
+
+# --------------------------------------------------------------------------------------------
+# the autograded notebook
+
+
+def _verdicts(row: dict) -> tuple[dict[str, dict], dict[str, dict], set[str]]:
+    """({test cell: part}, {test cell: its exercise}, {exercises not attempted})."""
+    (report,) = row["notebooks"]
+    parts, exercises, untouched = {}, {}, set()
+    for ex in report["exercises"]:
+        if ex["status"] == "not_attempted":
+            untouched.add(ex["exercise"])
+        for p in ex["parts"]:
+            parts[p["test_cell"]] = p
+            exercises[p["test_cell"]] = ex
+    return parts, exercises, untouched
+
+
+def _output(part: dict, exercise: dict):
+    import nbformat
+
+    head = (f"tfcourse grader: {part['score']:g} of {part['max_score']:g} points for this test cell "
+            f"({exercise['status']})")
+    text = f"{head}\n{exercise['feedback']}".rstrip("\n") + "\n"
+    if part["passed"] and part["score"] >= part["max_score"]:
+        return nbformat.v4.new_output("stream", name="stdout", text=text)
+    return nbformat.v4.new_output("error", ename="GraderVerdict",
+                                  evalue=f"{part['score']:g} of {part['max_score']:g} points",
+                                  traceback=text.splitlines())
+
+
+def autograded_notebook(course: Path, coursedir, job: Job, row: dict):
+    """The submission as nbgrader's autograde sanitises it, with our verdicts as outputs."""
+    import nbformat
+    from nbgrader.preprocessors import (
+        CheckCellMetadata,
+        ClearOutput,
+        DeduplicateIds,
+        OverwriteCells,
+        OverwriteKernelspec,
+    )
+
+    resources = {"nbgrader": {"db_url": coursedir.db_url, "assignment": job.assignment,
+                              "notebook": job.assignment, "student": job.student}}
+    note = None
+    try:
+        nb = nbformat.read(job.notebook, as_version=4)
+        for pp in (ClearOutput(), DeduplicateIds(), OverwriteKernelspec(), OverwriteCells(),
+                   CheckCellMetadata()):
+            nb, resources = pp.preprocess(nb, resources)
+    except Exception as exc:  # nbgrader cannot read it: show the released notebook instead
+        if _locked(exc):
+            raise
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        note = (f"nbgrader could not read {job.notebook.name} ({type(exc).__name__}: {first}); "
+                "this is the released notebook with the grader's verdicts")
+        nb = nbformat.read(course / coursedir.release_directory / job.assignment
+                           / f"{job.assignment}.ipynb", as_version=4)
+        nb, resources = OverwriteCells().preprocess(nb, resources)
+    parts, exercises, _ = _verdicts(row)
+    for cell in nb.cells:
+        gid = (cell.metadata.get("nbgrader") or {}).get("grade_id")
+        if cell.cell_type == "code" and gid in parts:
+            cell.outputs = [_output(parts[gid], exercises[gid])]
+    if note:
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(f"**{note}**"))
+    return nb
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------------------------
+# the gradebook
+
+
+def write_gradebook(gb, coursedir, job: Job, row: dict) -> None:
+    """The submission's scores in one transaction (committed at the end, rolled back on error)."""
+    from nbgrader.api import (
+        Comment,
+        Grade,
+        MissingEntry,
+        Student,
+        SubmittedAssignment,
+        SubmittedNotebook,
+    )
+
+    parts, _, untouched = _verdicts(row)
+    db = gb.db
+    try:
+        try:
+            student = gb.find_student(job.student)
+        except MissingEntry:
+            student = Student(id=job.student)
+            db.add(student)
+        try:
+            submission = gb.find_submission(job.assignment, job.student)
+        except MissingEntry:  # what Gradebook.add_submission builds, without its commit
+            assignment = gb.find_assignment(job.assignment)
+            with db.no_autoflush:  # nothing reaches the database before the commit below
+                submission = SubmittedAssignment(assignment=assignment, student=student)
+                for notebook in assignment.notebooks:
+                    snb = SubmittedNotebook(notebook=notebook, assignment=submission)
+                    for cell in notebook.grade_cells:
+                        Grade(cell_id=cell.id, notebook=snb)
+                    for cell in notebook.solution_cells:
+                        Comment(cell_id=cell.id, notebook=snb)
+                    for cell in notebook.task_cells:
+                        Comment(cell_id=cell.id, notebook=snb)
+                        Grade(cell_id=cell.id, notebook=snb)
+                db.add(submission)
+        timestamp = coursedir.get_existing_timestamp(str(job.notebook.parent))
+        if timestamp:
+            submission.timestamp = timestamp
+        db.flush()
+        for snb in submission.notebooks:
+            for grade in snb.grades:
+                part = parts.get(grade.name)
+                grade.auto_score = float(part["score"]) if part is not None else None
+                # nbgrader's SaveAutoGrades rule; manual_score itself is never touched
+                grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
+            for comment in snb.comments:
+                comment.auto_comment = "No response." if comment.name in untouched else None
+        db.flush()
+        _late_penalties(db, coursedir, job, submission)
+        db.commit()
+    except BaseException:
+        db.rollback()
+        raise
+
+
+def _late_penalties(db, coursedir, job: Job, submission) -> None:
+    """nbgrader's AssignLatePenalties, inside our transaction: its configured plugin
+    (``AssignLatePenalties.plugin_class``, ``LateSubmissionPlugin.penalty_method``) and its rule."""
+    from nbgrader.preprocessors import AssignLatePenalties
+
+    late = AssignLatePenalties(config=coursedir.config)
+    late.init_plugin()
+    db.refresh(submission)  # the SQL-computed scores and lateness, with this transaction's writes
+    for snb in submission.notebooks:
+        db.refresh(snb)
+        snb.late_submission_penalty = None
+        if submission.total_seconds_late > 0:
+            penalty = late.plugin_inst.late_submission_penalty(job.student, snb.score,
+                                                               submission.total_seconds_late)
+            if penalty is not None:
+                snb.late_submission_penalty = min(max(penalty, 0), snb.score)
+
+
+def _locked(exc: BaseException) -> bool:
+    return "database is locked" in str(exc) or "database table is locked" in str(exc)
+
+
+def while_locked(fn, coursedir, *, lock_wait: float, log, what: str):
+    """``fn()``, retried while the gradebook is locked (sqlite waits 5 s per try itself), at
+    most ``lock_wait`` seconds; then a one-line InstructorError."""
+    from sqlalchemy.exc import OperationalError
+
+    deadline = time.monotonic() + lock_wait
+    while True:
+        try:
+            return fn()
+        except OperationalError as exc:
+            if not _locked(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise InstructorError(
+                    f"the gradebook {coursedir.db_url} stayed locked for {lock_wait:g} s (a formgrader or "
+                    "another nbgrader command writing to it?): let it finish or stop it, then run grade "
+                    "again; submissions graded so far are saved") from None
+            log(f"the gradebook is locked; retrying ({what})")
+            time.sleep(1.0)
+
+
+def save(course: Path, coursedir, job: Job, row: dict, *, lock_wait: float, log) -> None:
+    """Gradebook first (one transaction, retried while locked), then the autograded notebook,
+    then the marker: an interruption anywhere leaves the gradebook consistent and the
+    submission without a current marker, so the next run grades it again."""
+    from nbgrader.api import Gradebook
+
+    def write():
+        nb = autograded_notebook(course, coursedir, job, row)
+        with Gradebook(coursedir.db_url, coursedir.course_id) as gb:
+            write_gradebook(gb, coursedir, job, row)
+        return nb
+
+    nb = while_locked(write, coursedir, lock_wait=lock_wait, log=log, what=f"{job.student}/{job.assignment}")
+    import nbformat
+
+    folder = course / coursedir.autograded_directory / job.student / job.assignment
+    _write_atomic(folder / f"{job.assignment}.ipynb", nbformat.writes(nb))
+    _write_atomic(folder / MARKER, json.dumps({"key": job.key, "score": row["notebooks"][0]["score"]}))
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed: int, force: bool,
+          lock_wait: float, limits=None, student: str | None = None, log=print) -> int:
+    from nbgrader.api import Gradebook
+
+    from .. import sandbox
+    from ..grading import grade_submission
+
+    nbgrader_on_path()
+    coursedir = open_course(course)
+    available = course_notebooks()
+    def assignments() -> list[str]:
+        with Gradebook(coursedir.db_url, coursedir.course_id) as gb:
+            return [a.name for a in gb.assignments]
+
+    in_gradebook = while_locked(assignments, coursedir, lock_wait=lock_wait, log=log, what="reading it")
+    ours = [a for a in in_gradebook if a in available]
+    if assignment is not None:
+        name = assignment.strip().removesuffix(".ipynb")
+        if name not in in_gradebook:
+            raise InstructorError(f"the course {course} has no assignment {name!r} (it has "
+                                  f"{', '.join(in_gradebook) or 'none'}); add it with "
+                                  f"`python -m grader.instructor init {course} --assignments {name}`")
+        if name not in available:
+            raise InstructorError(f"{name!r} is not one of this course's notebooks ({', '.join(available)}); "
+                                  "grade it with `nbgrader autograde`")
+        ours = [name]
+    for other in sorted(set(in_gradebook) - set(available)):
+        log(f"skipped assignment {other}: not a course notebook (grade it with `nbgrader autograde`)")
+    try:
+        isolation = sandbox.choose(strict=True)
+    except (sandbox.SandboxError, RuntimeError) as exc:
+        raise InstructorError(str(exc)) from None
+    sandbox.protect([course.resolve()])
+    todo, problems = find_jobs(course, coursedir, ours, seed, student)
+    if student is not None and not todo and not problems:
+        raise InstructorError(f"no submission of student {student!r} in "
+                              f"{course / coursedir.submitted_directory}: check the name (nbgrader collect "
+                              "puts it there)")
+    skipped = [] if force else [j for j in todo if is_current(course, coursedir, j)]
+    todo = [j for j in todo if j not in skipped]
+    log(f"{len(todo)} submission(s) to grade, {len(skipped)} already graded (sandbox {isolation.mode})")
+
+    def run(job: Job) -> dict:
+        try:
+            return grade_submission(job.notebook, notebooks=[job.assignment], device=device,
+                                    limits=limits, seed=seed)
+        except sandbox.SandboxError:
+            raise
+        except Exception as exc:  # a bug met on this submission must not stop the others
+            return _failed_row(job, exc)
+
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
+        futures = {pool.submit(run, j): j for j in todo}
+        for future in as_completed(futures):
+            job = futures[future]
+            row = future.result()
+            save(course, coursedir, job, row, lock_wait=lock_wait, log=log)
+            report = row["notebooks"][0]
+            log(f"graded {job.student}/{job.assignment}: {report['score']:g}/{report['max_score']:g}")
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        print("grade: interrupted; what was graded is saved: run grade again to continue", file=sys.stderr)
+        return 130
+    except sandbox.SandboxError as exc:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise InstructorError(str(exc)) from None
+    except InstructorError:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    for line in problems:
+        print(f"grade: not graded: {line}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def summary(course: Path) -> list[dict[str, Any]]:
+    """Per (student, assignment): score, max_score from the gradebook (for tests and the log)."""
+    from nbgrader.api import Gradebook
+
+    coursedir = open_course(course)
+    rows = []
+    with Gradebook(coursedir.db_url, coursedir.course_id) as gb:
+        for a in gb.assignments:
+            for s in a.submissions:
+                rows.append({"assignment": a.name, "student": s.student.id, "score": s.score,
+                             "max_score": s.max_score})
+    return rows

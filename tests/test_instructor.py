@@ -1,0 +1,442 @@
+"""The instructor workflow (issue 18): ``python -m grader.instructor init|grade|learner-env``.
+
+End to end, in a temporary folder: ``init`` builds an nbgrader course for notebooks 01 and 02;
+three students are "collected" into ``submitted/`` (as ``nbgrader collect`` leaves them):
+
+* ``full``: the reference code in every answer cell;
+* ``partial``: notebook 01's ``scaled_dot_product_attention`` with an inverted mask (a realistic
+  mistake: it costs the masks test cell, 2 of its 4 points), notebook 02 full;
+* ``hostile``: notebook 01's ``softmax`` returns its input and, in the same cell, replaces every
+  check function of its kernel (visible ``check_*`` and the hidden ``check_hidden``) by a no-op:
+  inside its own kernel every test cell "passes".
+
+A copy of the course, taken before grading, is graded by ``nbgrader autograde`` (tests in the
+learner's kernel); the course itself by ``python -m grader.instructor grade``. Then: the
+gradebook's scores per test cell, ``nbgrader export``'s CSV, ``nbgrader generate_feedback``'s
+HTML holding our messages, the two graders agreeing on honest submissions and not on the hostile
+one, a manual score surviving a second ``grade`` run, and the one-line errors of bad input.
+
+Every submission keeps only the cells grading needs (tests/test_nbgrader_roundtrip.py's
+``_with_cells``: a learner may delete the demos) so that nbgrader's six kernel runs stay short.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader.instructor.__main__ import main
+from tests.test_nbgrader_roundtrip import INVERTED_MASK_SDPA, _environment, _with_cells
+
+ROOT = Path(__file__).resolve().parent.parent
+NB1, NB2 = "01_attention", "02_multi_head_attention"
+STUDENTS = ("full", "partial", "hostile")
+TIMEOUT = 900
+
+# The fake pass: in nbgrader's kernel this cell runs after the cell importing the checks, and the
+# hidden tests import check_hidden from grader.cases again in each test cell.
+HOSTILE_SOFTMAX = '''
+def softmax(x, dim=-1):
+    return x  # wrong
+
+
+for _name in [n for n in globals() if n.startswith("check_")]:
+    globals()[_name] = lambda *args, **kwargs: None
+try:
+    import grader.cases as _cases
+    _cases.check_hidden = lambda *args, **kwargs: None
+except Exception:
+    pass
+'''
+
+
+def _named() -> list[str]:
+    """A batch needs bubblewrap unless a weaker sandbox is named: name it where bwrap is missing."""
+    from grader import sandbox
+
+    return [] if sandbox._works("bwrap") is None else ["--sandbox", sandbox.choose().mode]
+
+
+def _nbgrader(course: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "| ERROR]" not in log, f"nbgrader {' '.join(args)}:\n{log[-4000:]}"
+    return proc
+
+
+def _cell_scores(course: Path, assignment: str, student: str) -> dict[str, float]:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "tfcourse") as gb:
+        nb = gb.find_submission_notebook(assignment, assignment, student)
+        return {g.name: g.score for g in nb.grades}
+
+
+def _submit(course: Path, student: str, assignment: str, nb) -> None:
+    folder = course / "submitted" / student / assignment
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, folder / f"{assignment}.ipynb")
+    (folder / "timestamp.txt").write_text("2026-12-01 10:00:00.000000 UTC")
+
+
+@pytest.fixture(scope="module")
+def term(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("instructor")
+    course = tmp / "course"
+    assert main(["init", str(course), "--assignments", f"{NB1},{NB2}"]) == 0
+    for name in (NB1, NB2):
+        released = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
+        source = nbformat.read(course / "source" / name / f"{name}.ipynb", as_version=4)
+        _submit(course, "full", name, _with_cells(released, source, {}))
+        wrong = {"scaled_dot_product_attention": INVERTED_MASK_SDPA} if name == NB1 else {}
+        _submit(course, "partial", name, _with_cells(released, source, wrong))
+        fake = {"softmax": HOSTILE_SOFTMAX} if name == NB1 else {}
+        _submit(course, "hostile", name, _with_cells(released, source, fake))
+    env = _environment(tmp)
+    theirs = tmp / "nbgrader-course"
+    shutil.copytree(course, theirs)
+    for name in (NB1, NB2):
+        _nbgrader(theirs, env, "autograde", name)
+    assert main(["grade", str(course), "--jobs", "2", *_named()]) == 0
+    return course, theirs, env
+
+
+def test_init_releases_the_course_notebooks(term) -> None:
+    course, _, _ = term
+    for name in (NB1, NB2):
+        assert (course / "source" / name / f"{name}.ipynb").read_bytes() == \
+            (ROOT / "solutions" / f"{name}.ipynb").read_bytes()
+        released = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
+        committed = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+        assert [c.source for c in released.cells] == [c.source for c in committed.cells]
+    assert "course_id" in (course / "nbgrader_config.py").read_text()
+
+
+def test_gradebook_scores_per_test_cell(term) -> None:
+    course, _, _ = term
+    for student in STUDENTS:
+        scores = _cell_scores(course, NB2, student)
+        assert sum(scores.values()) == 10 and len(scores) >= 5, (student, scores)
+    full = _cell_scores(course, NB1, "full")
+    assert sum(full.values()) == 10, full
+    partial = _cell_scores(course, NB1, "partial")
+    assert partial == {**full, "test_scaled_dot_product_attention__masks": 0}, partial
+    hostile = _cell_scores(course, NB1, "hostile")
+    assert hostile["test_softmax"] == 0, hostile
+    assert sum(hostile.values()) == 8, hostile  # one bug costs points once
+
+
+def test_honest_submissions_agree_with_nbgrader_autograde(term) -> None:
+    """The same score per test cell from both; the hostile one fools nbgrader only."""
+    course, theirs, _ = term
+    for student in ("full", "partial"):
+        for name in (NB1, NB2):
+            assert _cell_scores(course, name, student) == _cell_scores(theirs, name, student), (student, name)
+    fooled = _cell_scores(theirs, NB1, "hostile")
+    assert sum(fooled.values()) == 10, f"nbgrader autograde was not fooled this time: {fooled}"
+    assert sum(_cell_scores(course, NB1, "hostile").values()) < 10
+
+
+def test_formgrader_sees_graded_submissions(term) -> None:
+    """What formgrader lists (through nbgrader's NbGraderAPI): every submission autograded (the
+    gradebook's timestamp is timestamp.txt's), with our scores, nothing waiting for a manual grade."""
+    from nbgrader.apps import NbGraderAPI
+
+    from grader.instructor.course import course_directory
+
+    course, _, _ = term
+    api = NbGraderAPI(coursedir=course_directory(course))
+    for name in (NB1, NB2):
+        assert api.get_autograded_students(name) == set(STUDENTS)
+    hostile = api.get_submission(NB1, "hostile")
+    assert hostile["autograded"] and hostile["score"] == 8 and not hostile["needs_manual_grade"], hostile
+    (nb,) = api.get_student_notebook_submissions("partial", NB1)
+    assert nb["score"] == 8 and nb["failed_tests"], nb
+
+
+def test_nbgrader_export(term) -> None:
+    course, _, env = term
+    _nbgrader(course, env, "export", "--to", "grades.csv")
+    with open(course / "grades.csv", newline="") as f:
+        rows = {(r["assignment"], r["student_id"]): r for r in csv.DictReader(f)}
+    expected = {(NB1, "full"): 10, (NB1, "partial"): 8, (NB1, "hostile"): 8,
+                (NB2, "full"): 10, (NB2, "partial"): 10, (NB2, "hostile"): 10}
+    got = {key: float(rows[key]["score"]) for key in expected}
+    assert got == expected
+    assert {float(rows[key]["max_score"]) for key in expected} == {10.0}
+
+
+def test_feedback_holds_our_messages(term) -> None:
+    course, _, env = term
+    _nbgrader(course, env, "generate_feedback", NB1)
+    hostile = (course / "feedback" / "hostile" / NB1 / f"{NB1}.html").read_text()
+    assert "tfcourse grader: 0 of 2 points for this test cell" in hostile
+    assert "✗ softmax" in hostile
+    full = (course / "feedback" / "full" / NB1 / f"{NB1}.html").read_text()
+    assert "✓ softmax" in full and "✗" not in full
+
+
+def test_autograded_notebook_has_hidden_tests_and_verdicts(term) -> None:
+    course, _, _ = term
+    nb = nbformat.read(course / "autograded" / "partial" / NB1 / f"{NB1}.ipynb", as_version=4)
+    cells = {c.metadata.nbgrader["grade_id"]: c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    masks = cells["test_scaled_dot_product_attention__masks"]
+    assert "check_hidden" in masks.source  # restored from the gradebook, as nbgrader does
+    assert [o.output_type for o in masks.outputs] == ["error"]
+    assert [o.output_type for o in cells["test_softmax"].outputs] == ["stream"]
+
+
+def _run(capsys, *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_bad_input_one_line_errors(term, tmp_path, capsys) -> None:
+    course, _, _ = term
+    rc, _, err = _run(capsys, "grade", str(tmp_path))
+    assert rc == 1 and len(err.strip().splitlines()) == 1 and "grader.instructor init" in err, err
+    rc, _, err = _run(capsys, "grade", str(course), "--assignment", "09_nothing")
+    assert rc == 1 and len(err.strip().splitlines()) == 1 and "--assignments 09_nothing" in err, err
+    rc, _, err = _run(capsys, "init", str(tmp_path / "c"), "--assignments", "01_atention")
+    assert rc == 1 and "01_attention" in err and not (tmp_path / "c").exists(), err
+    rc, _, err = _run(capsys, "learner-env", "--through", "99_x", "--out", str(tmp_path))
+    assert rc == 1 and len(err.strip().splitlines()) == 1, err
+
+
+def test_misnamed_notebook_and_locked_gradebook(term, tmp_path, capsys) -> None:
+    """A notebook under another name is reported for its student, the rest graded; a locked
+    gradebook is waited for, then named in one line (nothing half-written)."""
+    course, _, _ = term
+    copy = tmp_path / "course"
+    shutil.copytree(course, copy)
+    renamed = copy / "submitted" / "renamed" / NB1
+    renamed.mkdir(parents=True)
+    shutil.copy(copy / "submitted" / "full" / NB1 / f"{NB1}.ipynb", renamed / f"{NB1} (1).ipynb")
+    shutil.copytree(copy / "submitted" / "full" / NB2, copy / "submitted" / "renamed" / NB2)
+    rc, out, err = _run(capsys, "grade", str(copy), *_named())
+    assert rc == 1, (out, err)
+    assert "renamed/01_attention: no 01_attention.ipynb (it holds 01_attention (1).ipynb)" in err, err
+    assert "1 submission(s) to grade, 6 already graded" in out, out  # a re-run continues
+    assert sum(_cell_scores(copy, NB2, "renamed").values()) == 10
+    # locked: another writer holds the database
+    shutil.copytree(copy / "submitted" / "full" / NB1, copy / "submitted" / "late" / NB1)
+    holder = sqlite3.connect(copy / "gradebook.db", timeout=0)
+    holder.execute("BEGIN IMMEDIATE")  # a writer mid-transaction: reads work, writes wait
+    try:
+        rc, _, err = _run(capsys, "grade", str(copy), "--assignment", NB1, "--lock-wait", "1", *_named())
+    finally:
+        holder.rollback()
+        holder.close()
+    assert rc == 1 and "stayed locked" in err and len(err.strip().splitlines()) == 1, err
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{copy / 'gradebook.db'}", "tfcourse") as gb:
+        with pytest.raises(MissingEntry):
+            gb.find_student("late")  # the student and the submission: one transaction, not committed
+        assert not (copy / "autograded" / "late").exists()
+
+
+def test_late_penalty_and_init_again(term, tmp_path, capsys) -> None:
+    """A late submission gets nbgrader's configured penalty (here: zero points), and init run again
+    on a course with grades keeps them."""
+    from nbgrader.api import Gradebook
+
+    course, _, _ = term
+    copy = tmp_path / "course"
+    shutil.copytree(course, copy)
+    with open(copy / "nbgrader_config.py", "a") as f:
+        f.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
+    url = f"sqlite:///{copy / 'gradebook.db'}"
+    with Gradebook(url, "tfcourse") as gb:
+        gb.update_or_create_assignment(NB2, duedate="2026-11-30 23:59:00 UTC")
+    rc, out, err = _run(capsys, "grade", str(copy), "--assignment", NB2, "--student", "partial", "--force",
+                        *_named())
+    assert rc == 0 and "1 submission(s) to grade" in out, (out, err)
+    with Gradebook(url, "tfcourse") as gb:
+        late = gb.find_submission(NB2, "partial")
+        # nbgrader keeps the raw score; export and formgrader subtract the penalty
+        assert (late.score, late.late_submission_penalty) == (10, 10)
+        assert gb.find_submission(NB2, "full").late_submission_penalty in (None, 0)  # not graded again
+    rc, _, err = _run(capsys, "init", str(copy), "--assignments", f"{NB1},{NB2}")
+    assert rc == 0, err
+    with Gradebook(url, "tfcourse") as gb:
+        assert gb.find_submission(NB1, "partial").score == 8
+        assert gb.find_submission(NB1, "hostile").score == 8
+    assert (copy / "submitted" / "full" / NB1 / f"{NB1}.ipynb").exists()
+    rc, out, _ = _run(capsys, "grade", str(copy), *_named())
+    assert rc == 0 and "0 submission(s) to grade, 6 already graded" in out, out
+
+
+def test_killed_run_continues(term, tmp_path, capsys) -> None:
+    """A grade run killed (SIGKILL) after its first submission leaves a consistent gradebook, and
+    the next run grades only what was left."""
+    import re
+
+    course, _, _ = term
+    copy = tmp_path / "course"
+    shutil.copytree(course, copy)
+    for marker in (copy / "autograded").glob(f"*/{NB1}/.tfcourse-grade.json"):
+        marker.unlink()
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "grader.instructor", "grade", str(copy),
+                             "--assignment", NB1, *_named()], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+    try:
+        for line in proc.stdout:
+            if line.startswith("graded "):
+                proc.kill()
+                break
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert proc.returncode == -9
+    rc, out, err = _run(capsys, "grade", str(copy), "--assignment", NB1, *_named())
+    todo, done = map(int, re.search(r"(\d+) submission\(s\) to grade, (\d+) already graded", out).groups())
+    assert rc == 0 and done >= 1 and todo + done == 3 and todo >= 1, (out, err)
+    for student in STUDENTS:
+        assert _cell_scores(copy, NB1, student) == _cell_scores(course, NB1, student)
+
+
+def test_manual_score_survives_a_second_grade_run(term, capsys) -> None:
+    """Runs last (it changes the course): a score given in formgrader is never overwritten."""
+    from nbgrader.api import Gradebook
+
+    course, _, _ = term
+    url = f"sqlite:///{course / 'gradebook.db'}"
+    with Gradebook(url, "tfcourse") as gb:
+        grade = gb.find_grade("test_softmax", NB1, NB1, "hostile")
+        grade.manual_score = 1.5
+        gb.db.commit()
+    marker = course / "autograded" / "hostile" / NB1 / ".tfcourse-grade.json"
+    os.utime(marker, (0, 0))
+    rc, out, _ = _run(capsys, "grade", str(course), "--assignment", NB1, "--force", *_named())
+    assert rc == 0 and "3 submission(s) to grade" in out, out
+    assert marker.stat().st_mtime > 0  # graded again
+    with Gradebook(url, "tfcourse") as gb:
+        grade = gb.find_grade("test_softmax", NB1, NB1, "hostile")
+        assert (grade.manual_score, grade.auto_score, grade.score) == (1.5, 0, 1.5)
+        assert grade.needs_manual_grade  # as nbgrader marks a cell with a manual score
+        assert gb.find_submission(NB1, "hostile").score == 9.5
+
+
+# --------------------------------------------------------------------------------------------
+# the learner environment
+
+
+LEARNER_SCRIPT = r'''
+import importlib, json, sys
+import nbformat
+
+import tfcourse
+assert tfcourse.__file__.startswith(sys.argv[1]), tfcourse.__file__
+result = {"grader": None, "nb02": None, "checks": []}
+for mod, key in (("grader", "grader"), ("tfcourse.reference.nb02_multi_head_attention", "nb02")):
+    try:
+        importlib.import_module(mod)
+        result[key] = "imported"
+    except ModuleNotFoundError as exc:
+        result[key] = str(exc)
+importlib.import_module("tfcourse.reference.nb01_attention")
+nb = nbformat.read(sys.argv[2], as_version=4)
+ns = {}
+for cell in nb.cells:
+    if cell.cell_type != "code":
+        continue
+    gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+    if cell.metadata.get("nbgrader", {}).get("grade"):
+        try:
+            exec(cell.source, ns)
+            result["checks"].append([gid, "passed"])
+        except BaseException as exc:
+            result["checks"].append([gid, f"{type(exc).__name__}: {exc}"])
+    else:
+        exec(cell.source, ns)
+print("RESULT " + json.dumps(result))
+'''
+
+
+def test_learner_env_through_01(tmp_path) -> None:
+    """Installed into a fresh venv that sees this environment's packages (torch, nbformat) but not
+    the checkout: no grader, no reference past 01, notebook 01's visible checks all pass."""
+    assert main(["learner-env", "--through", "01", "--out", str(tmp_path / "dist")]) == 0
+    (wheel,) = (tmp_path / "dist").glob("tfcourse-*+through01-py3-none-any.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    # this environment's packages as a plain path entry: its .pth files (the editable install of
+    # the checkout) are not processed from there
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
+                    "--target", str(site), str(wheel)], check=True, timeout=300)
+    released = nbformat.read(ROOT / "notebooks" / f"{NB1}.ipynb", as_version=4)
+    source = nbformat.read(ROOT / "solutions" / f"{NB1}.ipynb", as_version=4)
+    nb_path = tmp_path / f"{NB1}.ipynb"
+    nbformat.write(_with_cells(released, source, {}), nb_path)
+    script = tmp_path / "learner.py"
+    script.write_text(LEARNER_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["MPLBACKEND"] = "Agg"
+    proc = subprocess.run([str(python), str(script), str(site), str(nb_path)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    import json
+
+    result = json.loads(lines[0].removeprefix("RESULT "))
+    assert result["grader"] == "No module named 'grader'", result
+    assert "tfcourse.reference.nb02_multi_head_attention" in result["nb02"], result
+    test_cells = [c.metadata.nbgrader["grade_id"] for c in released.cells
+                  if c.metadata.get("nbgrader", {}).get("grade")]
+    assert result["checks"] == [[gid, "passed"] for gid in test_cells], result["checks"]
+    assert len(test_cells) >= 6
+
+
+def test_learner_env_folder_holds_no_answer_key_past_through(tmp_path) -> None:
+    from grader.course import load_course
+
+    assert main(["learner-env", "--through", NB2, "--out", str(tmp_path), "--folder"]) == 0
+    modules = sorted(p.name for p in (tmp_path / "tfcourse" / "reference").glob("nb*.py"))
+    assert modules == ["nb01_attention.py", "nb02_multi_head_attention.py"]
+    assert len(load_course()) > 2  # the course has later notebooks, left out
+    init = (tmp_path / "tfcourse" / "reference" / "__init__.py").read_text()
+    assert f'NOTEBOOKS = ["{NB1}", "{NB2}"]' in init
+    assert not (tmp_path / "grader").exists()
+    assert (tmp_path / "tfcourse" / "checks" / "nb07_gqa_mla").is_dir()  # checks of every notebook
+
+
+def test_visible_check_without_the_reference_says_why() -> None:
+    """In a learner environment without this notebook's reference, a check whose exercise calls a
+    failing one cannot stand the course's version in: it fails and says why (with the
+    reference installed, the same answer passes: one bug costs points once)."""
+    import dataclasses
+    import math
+
+    import torch
+
+    from tfcourse.checks import _core
+    from tfcourse.checks import nb01_attention as checks
+
+    from .test_nbgrader_roundtrip import NAN_SOFTMAX, SDPA_ON_OWN_SOFTMAX
+
+    ns: dict = {"torch": torch, "math": math}
+    exec(NAN_SOFTMAX + SDPA_ON_OWN_SOFTMAX, ns)
+    sdpa = ns["scaled_dot_product_attention"]
+    cases = checks.NOTEBOOK.cases("scaled_dot_product_attention")
+    _core.run_checks("scaled_dot_product_attention", sdpa, cases, notebook=checks.NOTEBOOK, verbose=False)
+    absent = dataclasses.replace(checks.NOTEBOOK, reference="tfcourse.reference.nb99_not_installed")
+    with pytest.raises(_core.CheckFailed) as failed:
+        _core.run_checks("scaled_dot_product_attention", sdpa, cases, notebook=absent, verbose=False)
+    assert "your `softmax` fails its own check" in str(failed.value), str(failed.value)
+    assert "nb99_not_installed is not installed" in str(failed.value)

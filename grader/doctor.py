@@ -92,6 +92,9 @@ def report(device: str = "cpu") -> tuple[list[str], bool]:
     add(None if user == "uid 0" else True, "python",
         f"{platform.python_version()} ({sys.executable}), {platform.system()} {platform.machine()}, {user}"
         + (" (root: docs/grading.md advises an ordinary user)" if user == "uid 0" else ""))
+    if user == "uid 0":  # a warning, not a failure: the exit status stays as the checks decide
+        add(None, "root", "running as root: never grade as root (docs/grading.md); learner code "
+                          "escaping the sandbox would hold root's rights. Run as an ordinary user")
     add(True, "versions", f"torch {_version('torch')}, nbgrader {_version('nbgrader')}, "
                           f"safetensors {_version('safetensors')}")
     cuda, usable = _cuda()

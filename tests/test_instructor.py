@@ -184,6 +184,11 @@ def test_feedback_holds_our_messages(term) -> None:
     assert "✗ softmax" in hostile
     full = (course / "feedback" / "full" / NB1 / f"{NB1}.html").read_text()
     assert "✓ softmax" in full and "✗" not in full
+    # nothing of the grading markers reaches the learners (their key depends on the seed)
+    assert sorted(p.name for p in (course / "feedback").rglob("*") if p.is_file()) == \
+        sorted(f"{NB1}.html" for _ in STUDENTS)
+    assert not list((course / "autograded").rglob(".tfcourse-grade.json"))
+    assert len(list((course / ".tfcourse" / "graded").glob("*/*.json"))) == 6
 
 
 def test_autograded_notebook_has_hidden_tests_and_verdicts(term) -> None:
@@ -207,7 +212,16 @@ def test_bad_input_one_line_errors(term, tmp_path, capsys) -> None:
     rc, _, err = _run(capsys, "grade", str(tmp_path))
     assert rc == 1 and len(err.strip().splitlines()) == 1 and "grader.instructor init" in err, err
     rc, _, err = _run(capsys, "grade", str(course), "--assignment", "09_nothing")
-    assert rc == 1 and len(err.strip().splitlines()) == 1 and "--assignments 09_nothing" in err, err
+    # not a course notebook: init could not add it, so name the ones there are instead
+    assert rc == 1 and len(err.strip().splitlines()) == 1 and "init" not in err, err
+    assert f"give one of {NB1}, {NB2}" in err, err
+    rc, _, err = _run(capsys, "grade", str(course), "--assignment", "03_positional_encodings")
+    assert rc == 1 and "--assignments 03_positional_encodings" in err, err  # a notebook: init adds it
+    for command in ("grade", "init"):  # the checkout itself is no course directory
+        rc, _, err = _run(capsys, command, str(ROOT))
+        assert rc == 1 and len(err.strip().splitlines()) == 1, err
+        assert "COURSE_DIR is a new folder outside it" in err and f"init {ROOT}`" not in err, err
+    assert not (ROOT / "gradebook.db").exists() and not (ROOT / "release").exists()
     rc, _, err = _run(capsys, "init", str(tmp_path / "c"), "--assignments", "01_atention")
     assert rc == 1 and "01_attention" in err and not (tmp_path / "c").exists(), err
     rc, _, err = _run(capsys, "learner-env", "--through", "99_x", "--out", str(tmp_path))
@@ -270,12 +284,85 @@ def test_late_penalty_and_init_again(term, tmp_path, capsys) -> None:
         assert gb.find_submission(NB2, "full").late_submission_penalty in (None, 0)  # not graded again
     rc, _, err = _run(capsys, "init", str(copy), "--assignments", f"{NB1},{NB2}")
     assert rc == 0, err
+    # without --assignments an existing course keeps its assignments (nothing more released)
+    (copy / "release" / NB2 / f"{NB2}.ipynb").unlink()
+    rc, out, err = _run(capsys, "init", str(copy))
+    assert rc == 0 and f"existing course: updating its assignments ({NB1}, {NB2})" in out, (out, err)
+    assert "--assignments NAME" in out, out
+    assert sorted(p.name for p in (copy / "release").iterdir()) == [NB1, NB2]
+    assert (copy / "release" / NB2 / f"{NB2}.ipynb").exists()
     with Gradebook(url, "tfcourse") as gb:
         assert gb.find_submission(NB1, "partial").score == 8
         assert gb.find_submission(NB1, "hostile").score == 8
     assert (copy / "submitted" / "full" / NB1 / f"{NB1}.ipynb").exists()
     rc, out, _ = _run(capsys, "grade", str(copy), *_named())
     assert rc == 0 and "0 submission(s) to grade, 6 already graded" in out, out
+
+
+def test_bad_timestamp_and_a_failing_write_stay_with_their_submission(term, tmp_path, capsys,
+                                                                       monkeypatch) -> None:
+    """A learner's timestamp.txt that is no timestamp gets its row (no lateness, a warning naming
+    the file); an error while saving one submission is reported for it, the others are saved."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    import grader.instructor.grade as grade_mod
+
+    course, _, _ = term
+    copy = tmp_path / "course"
+    shutil.copytree(course, copy)
+    for student in ("badtime", "boom"):
+        shutil.copytree(copy / "submitted" / "full" / NB1, copy / "submitted" / student / NB1)
+    bad = copy / "submitted" / "badtime" / NB1 / "timestamp.txt"
+    bad.write_text("not a timestamp")
+    original = grade_mod.autograded_notebook
+
+    def failing(course_, coursedir, job, row):
+        if job.student == "boom":
+            raise ValueError("disk full (simulated)")
+        return original(course_, coursedir, job, row)
+
+    monkeypatch.setattr(grade_mod, "autograded_notebook", failing)
+    rc, out, err = _run(capsys, "grade", str(copy), "--assignment", NB1, *_named())
+    assert rc == 1 and "2 submission(s) to grade, 3 already graded" in out, (out, err)
+    assert f"warning: {bad} is not a timestamp" in out, out
+    assert f"boom/{NB1}: graded, but saving it failed (ValueError: disk full (simulated))" in err, err
+    assert sum(_cell_scores(copy, NB1, "badtime").values()) == 10
+    with Gradebook(f"sqlite:///{copy / 'gradebook.db'}", "tfcourse") as gb:
+        assert gb.find_submission(NB1, "badtime").timestamp is None
+        with pytest.raises(MissingEntry):
+            gb.find_student("boom")
+    # a changed limit is a changed grading: graded again without --force
+    rc, out, err = _run(capsys, "grade", str(copy), "--assignment", NB1, "--student", "badtime",
+                        "--timeout", "29", *_named())
+    assert rc == 0 and "1 submission(s) to grade, 0 already graded" in out, (out, err)
+
+
+def test_skip_key_covers_limits_device_sandbox_and_grading_code(tmp_path, monkeypatch) -> None:
+    import grader.build
+    from grader.instructor.grade import grading_code_digest, settings_text
+    from grader.runner import Limits
+
+    def key(**kw) -> str:
+        args = {"limits": Limits(), "device": "cpu", "sandbox_mode": "bwrap", **kw}
+        return settings_text(NB1, code={}, **args)
+
+    base = key()
+    assert base == key()
+    for change in ({"limits": Limits(timeout=31)}, {"limits": Limits(memory_mb=1)},
+                   {"limits": Limits(output_kb=1)}, {"device": "cuda"}, {"sandbox_mode": "unshare"}):
+        assert key(**change) != base, change
+    copy = tmp_path / "root"
+    for folder in ("grader", "tfcourse/checks", "tfcourse/reference"):
+        shutil.copytree(ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(grader.build, "ROOT", copy)
+    before = {nb: grading_code_digest(nb) for nb in (NB1, NB2)}
+    with open(copy / "grader" / "cases" / "nb02_multi_head_attention.py", "a") as f:
+        f.write("\n# changed\n")
+    assert grading_code_digest(NB1) == before[NB1]  # notebook 02's cases do not grade 01
+    assert grading_code_digest(NB2) != before[NB2]
+    with open(copy / "tfcourse" / "checks" / "_core.py", "a") as f:
+        f.write("\n# changed\n")
+    assert grading_code_digest(NB1) != before[NB1]
 
 
 def test_killed_run_continues(term, tmp_path, capsys) -> None:
@@ -286,7 +373,7 @@ def test_killed_run_continues(term, tmp_path, capsys) -> None:
     course, _, _ = term
     copy = tmp_path / "course"
     shutil.copytree(course, copy)
-    for marker in (copy / "autograded").glob(f"*/{NB1}/.tfcourse-grade.json"):
+    for marker in (copy / ".tfcourse" / "graded").glob(f"*/{NB1}.json"):
         marker.unlink()
     proc = subprocess.Popen([sys.executable, "-u", "-m", "grader.instructor", "grade", str(copy),
                              "--assignment", NB1, *_named()], stdout=subprocess.PIPE,
@@ -317,10 +404,13 @@ def test_manual_score_survives_a_second_grade_run(term, capsys) -> None:
         grade = gb.find_grade("test_softmax", NB1, NB1, "hostile")
         grade.manual_score = 1.5
         gb.db.commit()
-    marker = course / "autograded" / "hostile" / NB1 / ".tfcourse-grade.json"
+    marker = course / ".tfcourse" / "graded" / "hostile" / f"{NB1}.json"
     os.utime(marker, (0, 0))
     rc, out, _ = _run(capsys, "grade", str(course), "--assignment", NB1, "--force", *_named())
     assert rc == 0 and "3 submission(s) to grade" in out, out
+    # the line says what the gradebook holds, manual score included
+    assert f"graded hostile/{NB1}: automatic score 8/10; gradebook total 9.5/10" in out, out
+    assert f"graded full/{NB1}: automatic score 10/10\n" in out, out
     assert marker.stat().st_mtime > 0  # graded again
     with Gradebook(url, "tfcourse") as gb:
         grade = gb.find_grade("test_softmax", NB1, NB1, "hostile")
@@ -370,6 +460,12 @@ def test_learner_env_through_01(tmp_path) -> None:
     the checkout: no grader, no reference past 01, notebook 01's visible checks all pass."""
     assert main(["learner-env", "--through", "01", "--out", str(tmp_path / "dist")]) == 0
     (wheel,) = (tmp_path / "dist").glob("tfcourse-*+through01-py3-none-any.whl")
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as whl:
+        metadata = next(whl.read(n).decode() for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert requires and not [r for r in requires if r.split()[1].startswith("torch")], requires
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
@@ -440,3 +536,17 @@ def test_visible_check_without_the_reference_says_why() -> None:
         _core.run_checks("scaled_dot_product_attention", sdpa, cases, notebook=absent, verbose=False)
     assert "your `softmax` fails its own check" in str(failed.value), str(failed.value)
     assert "nb99_not_installed is not installed" in str(failed.value)
+
+
+def test_doctor_warns_root_without_failing(monkeypatch) -> None:
+    """grading.md: never grade as root. --doctor says so on a line of its own, a warning that
+    leaves the exit status as the other checks decide."""
+    from grader import doctor
+
+    monkeypatch.setattr(doctor.os, "getuid", lambda: 1000)
+    lines, ok = doctor.report()
+    assert not [line for line in lines if line.startswith("! root")]
+    monkeypatch.setattr(doctor.os, "getuid", lambda: 0)
+    root_lines, root_ok = doctor.report()
+    assert [line for line in root_lines if line.startswith("! root ")], root_lines
+    assert root_ok == ok

@@ -36,6 +36,16 @@ def chosen_assignments(text: str | None, available: list[str], where: str) -> li
     return names
 
 
+def refuse_checkout(course: Path) -> None:
+    """COURSE_DIR is an nbgrader course folder of its own, never this repository's checkout."""
+    from ..build import ROOT
+
+    if course.resolve() == ROOT.resolve():
+        raise InstructorError(f"{course} is this repository's checkout; COURSE_DIR is a new folder "
+                              f"outside it (nbgrader's course directory), e.g. "
+                              f"`python -m grader.instructor init {ROOT.parent / 'tfcourse-term'}`")
+
+
 def nbgrader_on_path() -> None:
     """nbgrader runs the ``alembic`` command from PATH when it creates a gradebook: put this
     interpreter's bin/ first, as an activated environment would."""
@@ -60,6 +70,18 @@ def course_directory(course: Path):
     from nbgrader.coursedir import CourseDirectory
 
     return CourseDirectory(config=load_config(course), root=str(course))
+
+
+def existing_assignments(course: Path) -> list[str] | None:
+    """The assignments of an existing course's gradebook; None when ``course`` has no gradebook."""
+    coursedir = course_directory(course)
+    url = coursedir.db_url
+    if not url.startswith("sqlite:///") or not Path(url.removeprefix("sqlite:///")).exists():
+        return None
+    from nbgrader.api import Gradebook
+
+    with Gradebook(url, coursedir.course_id) as gb:
+        return [a.name for a in gb.assignments]
 
 
 def write_config(course: Path, course_id: str | None) -> str:
@@ -87,10 +109,18 @@ def init(course: Path, assignments: str | None, course_id: str | None, log=print
     from ..build import SOLUTIONS
 
     nbgrader_on_path()
+    refuse_checkout(course)
     available = course_notebooks()
     names = chosen_assignments(assignments, available, "the course")
     if course.exists() and not course.is_dir():
         raise InstructorError(f"{course} is a file; give a folder (new or an nbgrader course)")
+    existing = existing_assignments(course) if course.is_dir() else None
+    if existing is not None and not assignments:
+        # an existing course keeps its assignments: releasing every notebook needs asking for
+        names = [n for n in available if n in existing]
+        log(f"{course} is an existing course: updating its assignments "
+            f"({', '.join(names) or 'none of the course notebooks'}); add one with "
+            f"`python -m grader.instructor init {course} --assignments NAME`")
     course.mkdir(parents=True, exist_ok=True)
     log(write_config(course, course_id))
     from nbgrader.apps import NbGraderAPI

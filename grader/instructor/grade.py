@@ -11,12 +11,19 @@ Per submission, after grading (learner code only ever runs in the grader's sandb
   own preprocessors (locked cells and hidden tests restored from the gradebook), each test cell
   carrying our message as its output (an error output when it lost points), so formgrader and
   ``nbgrader generate_feedback`` show it;
-* a marker ``.tfcourse-grade.json`` next to it, written last: a re-run skips submissions whose
-  marker matches (same notebook, timestamp, seed and source), so an interrupted run continues.
+* a marker ``.tfcourse/graded/<student>/<assignment>.json`` in the course directory, written
+  last: a re-run skips submissions whose marker matches, so an interrupted run continues. The
+  marker is kept out of ``autograded/`` (``nbgrader generate_feedback`` copies that folder to the
+  learners, and the key would let a secret ``--seed`` be found by brute force). Its key covers
+  what grading depends on: the submitted notebook and timestamp.txt, the course's source
+  notebook, the seed, the limits, the device, the sandbox mode, and the grading code and cases
+  (``grader/*.py``, and ``grader/cases``, ``tfcourse/checks`` and ``tfcourse/reference`` of this
+  notebook, of the notebooks before it and their shared modules): a changed grader regrades.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -28,9 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from . import InstructorError
-from .course import course_directory, course_notebooks, nbgrader_on_path
+from .course import course_directory, course_notebooks, nbgrader_on_path, refuse_checkout
 
-MARKER = ".tfcourse-grade.json"
+MARKER = ".tfcourse-grade.json"  # where markers were kept before: removed from autograded/
+PRIVATE = ".tfcourse"  # in the course directory: never under a folder nbgrader releases from
 
 
 @dataclass
@@ -47,6 +55,7 @@ def _sqlite_path(db_url: str) -> Path | None:
 
 def open_course(course: Path):
     """(CourseDirectory, course_id) of an existing nbgrader course, or a one-line error."""
+    refuse_checkout(course)
     if not course.is_dir():
         raise InstructorError(f"{course} is not a folder: create the course with "
                               f"`python -m grader.instructor init {course}`")
@@ -58,17 +67,49 @@ def open_course(course: Path):
     return coursedir
 
 
-def _key(job_nb: Path, source_nb: Path, seed: int) -> str:
+def grading_code_digest(assignment: str) -> str:
+    """A digest of the code and cases that grade ``assignment``: ``grader/*.py``, and in
+    ``grader/cases``, ``tfcourse/checks`` and ``tfcourse/reference`` the modules (or packages) of
+    this notebook and of the notebooks before it (a later notebook imports earlier components)
+    and the shared ones (not named ``nbNN_*``)."""
+    from ..build import ROOT, module_name
+
+    names = course_notebooks()
+    upto = names[: names.index(assignment) + 1] if assignment in names else [assignment]
+    modules = {module_name(n) for n in upto}
+    h = hashlib.sha256()
+    paths = sorted((ROOT / "grader").glob("*.py"))
+    for folder in ("grader/cases", "tfcourse/checks", "tfcourse/reference"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            top = path.relative_to(ROOT / folder).parts[0].removesuffix(".py")
+            if not top.startswith("nb") or top in modules:
+                paths.append(path)
+    for path in paths:
+        h.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _key(job_nb: Path, source_nb: Path, seed: int, settings: str) -> str:
     h = hashlib.sha256()
     for path in (job_nb, job_nb.parent / "timestamp.txt", source_nb):
         h.update(path.read_bytes() if path.exists() else b"-")
         h.update(b"\0")
-    h.update(str(seed).encode())
+    h.update(str(seed).encode() + b"\0" + settings.encode())
     return h.hexdigest()
 
 
+def settings_text(assignment: str, *, limits, device: str, sandbox_mode: str, code: dict) -> str:
+    """What besides the files a grading depends on, for the skip key (``code``: a cache of
+    :func:`grading_code_digest` per assignment)."""
+    if assignment not in code:
+        code[assignment] = grading_code_digest(assignment)
+    lim = None if limits is None else dataclasses.asdict(limits)
+    return json.dumps({"limits": lim, "device": device, "sandbox": sandbox_mode,
+                       "code": code[assignment]}, sort_keys=True, default=str)
+
+
 def find_jobs(course: Path, coursedir, assignments: list[str], seed: int,
-              student: str | None = None) -> tuple[list[Job], list[str]]:
+              student: str | None = None, settings=lambda assignment: "") -> tuple[list[Job], list[str]]:
     """The submissions to grade and, per student, the ones that cannot be (one line each)."""
     jobs, problems = [], []
     submitted = course / coursedir.submitted_directory
@@ -88,12 +129,12 @@ def find_jobs(course: Path, coursedir, assignments: list[str], seed: int,
                                 f"notebook to {name}.ipynb in {where} and run grade again")
                 continue
             source = course / coursedir.source_directory / name / f"{name}.ipynb"
-            jobs.append(Job(folder.name, name, nb, _key(nb, source, seed)))
+            jobs.append(Job(folder.name, name, nb, _key(nb, source, seed, settings(name))))
     return jobs, problems
 
 
 def _marker(course: Path, coursedir, job: Job) -> Path:
-    return course / coursedir.autograded_directory / job.student / job.assignment / MARKER
+    return course / PRIVATE / "graded" / job.student / f"{job.assignment}.json"
 
 
 def is_current(course: Path, coursedir, job: Job) -> bool:
@@ -198,8 +239,29 @@ def _write_atomic(path: Path, text: str) -> None:
 # the gradebook
 
 
-def write_gradebook(gb, coursedir, job: Job, row: dict) -> None:
-    """The submission's scores in one transaction (committed at the end, rolled back on error)."""
+def submission_timestamp(folder: Path, log=print):
+    """timestamp.txt of a submission as nbgrader reads it, or None when missing or unreadable
+    (the learner can write that file: a bad one is warned about and treated as missing, where
+    nbgrader's own reader would stop the whole run)."""
+    from nbgrader.utils import parse_utc
+
+    path = folder / "timestamp.txt"
+    if not path.is_file():
+        return None
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read(1000).strip()
+        return parse_utc(text) if text else None
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+        log(f"warning: {path} is not a timestamp ({first}): graded as if it were missing "
+            "(no lateness)")
+        return None
+
+
+def write_gradebook(gb, coursedir, job: Job, row: dict, log=print) -> tuple[float, float]:
+    """The submission's scores in one transaction (committed at the end, rolled back on error);
+    returns the gradebook's (score, max_score) of the submission, manual scores included."""
     from nbgrader.api import (
         Comment,
         Grade,
@@ -233,7 +295,7 @@ def write_gradebook(gb, coursedir, job: Job, row: dict) -> None:
                         Comment(cell_id=cell.id, notebook=snb)
                         Grade(cell_id=cell.id, notebook=snb)
                 db.add(submission)
-        timestamp = coursedir.get_existing_timestamp(str(job.notebook.parent))
+        timestamp = submission_timestamp(job.notebook.parent, log)
         if timestamp:
             submission.timestamp = timestamp
         db.flush()
@@ -248,6 +310,8 @@ def write_gradebook(gb, coursedir, job: Job, row: dict) -> None:
         db.flush()
         _late_penalties(db, coursedir, job, submission)
         db.commit()
+        db.refresh(submission)
+        return float(submission.score or 0), float(submission.max_score or 0)
     except BaseException:
         db.rollback()
         raise
@@ -296,7 +360,7 @@ def while_locked(fn, coursedir, *, lock_wait: float, log, what: str):
             time.sleep(1.0)
 
 
-def save(course: Path, coursedir, job: Job, row: dict, *, lock_wait: float, log) -> None:
+def save(course: Path, coursedir, job: Job, row: dict, *, lock_wait: float, log) -> tuple[float, float]:
     """Gradebook first (one transaction, retried while locked), then the autograded notebook,
     then the marker: an interruption anywhere leaves the gradebook consistent and the
     submission without a current marker, so the next run grades it again."""
@@ -305,15 +369,19 @@ def save(course: Path, coursedir, job: Job, row: dict, *, lock_wait: float, log)
     def write():
         nb = autograded_notebook(course, coursedir, job, row)
         with Gradebook(coursedir.db_url, coursedir.course_id) as gb:
-            write_gradebook(gb, coursedir, job, row)
-        return nb
+            total = write_gradebook(gb, coursedir, job, row, log)
+        return nb, total
 
-    nb = while_locked(write, coursedir, lock_wait=lock_wait, log=log, what=f"{job.student}/{job.assignment}")
+    nb, total = while_locked(write, coursedir, lock_wait=lock_wait, log=log,
+                             what=f"{job.student}/{job.assignment}")
     import nbformat
 
     folder = course / coursedir.autograded_directory / job.student / job.assignment
     _write_atomic(folder / f"{job.assignment}.ipynb", nbformat.writes(nb))
-    _write_atomic(folder / MARKER, json.dumps({"key": job.key, "score": row["notebooks"][0]["score"]}))
+    (folder / MARKER).unlink(missing_ok=True)  # an older version kept it here, released as feedback
+    _write_atomic(_marker(course, coursedir, job),
+                  json.dumps({"key": job.key, "score": row["notebooks"][0]["score"]}))
+    return total
 
 
 # --------------------------------------------------------------------------------------------
@@ -337,6 +405,10 @@ def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed:
     ours = [a for a in in_gradebook if a in available]
     if assignment is not None:
         name = assignment.strip().removesuffix(".ipynb")
+        if name not in in_gradebook and name not in available:
+            raise InstructorError(f"the course {course} has no assignment {name!r}: give one of "
+                                  f"{', '.join(ours) or 'none (init added none)'}; the course's "
+                                  f"notebooks are {', '.join(available)}")
         if name not in in_gradebook:
             raise InstructorError(f"the course {course} has no assignment {name!r} (it has "
                                   f"{', '.join(in_gradebook) or 'none'}); add it with "
@@ -352,7 +424,12 @@ def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed:
     except (sandbox.SandboxError, RuntimeError) as exc:
         raise InstructorError(str(exc)) from None
     sandbox.protect([course.resolve()])
-    todo, problems = find_jobs(course, coursedir, ours, seed, student)
+    code: dict[str, str] = {}
+
+    def settings(name: str) -> str:
+        return settings_text(name, limits=limits, device=device, sandbox_mode=isolation.mode, code=code)
+
+    todo, problems = find_jobs(course, coursedir, ours, seed, student, settings)
     if student is not None and not todo and not problems:
         raise InstructorError(f"no submission of student {student!r} in "
                               f"{course / coursedir.submitted_directory}: check the name (nbgrader collect "
@@ -376,9 +453,22 @@ def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed:
         for future in as_completed(futures):
             job = futures[future]
             row = future.result()
-            save(course, coursedir, job, row, lock_wait=lock_wait, log=log)
+            try:
+                total, most = save(course, coursedir, job, row, lock_wait=lock_wait, log=log)
+            except (InstructorError, KeyboardInterrupt, sandbox.SandboxError):
+                raise
+            except Exception as exc:  # this submission only: its reason, the others saved
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+                problems.append(f"{job.student}/{job.assignment}: graded, but saving it failed "
+                                f"({type(exc).__name__}: {first}); it is not marked as graded: "
+                                "fix the cause and run grade again")
+                continue
             report = row["notebooks"][0]
-            log(f"graded {job.student}/{job.assignment}: {report['score']:g}/{report['max_score']:g}")
+            line = (f"graded {job.student}/{job.assignment}: automatic score "
+                    f"{report['score']:g}/{report['max_score']:g}")
+            if (total, most) != (float(report["score"]), float(report["max_score"])):
+                line += f"; gradebook total {total:g}/{most:g} (manual scores count there)"
+            log(line)
     except KeyboardInterrupt:
         pool.shutdown(wait=False, cancel_futures=True)
         print("grade: interrupted; what was graded is saved: run grade again to continue", file=sys.stderr)

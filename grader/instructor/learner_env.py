@@ -67,6 +67,14 @@ def _project() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
+def learner_requirements(project: dict) -> list[str]:
+    """The wheel's Requires-Dist: the project's dependencies without torch. torch comes from the
+    course's requirements.txt (pinned, installed from the CPU or the CUDA index as the hub needs):
+    a ranged torch here would let pip replace it with a multi-GB CUDA build from PyPI."""
+    return [d for d in project.get("dependencies", [])
+            if re.split(r"[\s<>=!~;\[(]", d.strip(), maxsplit=1)[0].lower() != "torch"]
+
+
 def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
@@ -94,7 +102,7 @@ def build(through: str, out: Path, *, folder: bool = False) -> Path:
         f"Summary: {project.get('description', '')} (learner environment: reference through {keep[-1]}, "
         "no grader)",
         f"Requires-Python: {project.get('requires-python', '>=3.11')}",
-        *(f"Requires-Dist: {d}" for d in project.get("dependencies", [])), "", ""])
+        *(f"Requires-Dist: {d}" for d in learner_requirements(project)), "", ""])
     wheel_meta = "Wheel-Version: 1.0\nGenerator: grader.instructor\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     files[f"{dist_info}/METADATA"] = metadata.encode()
     files[f"{dist_info}/WHEEL"] = wheel_meta.encode()

@@ -59,8 +59,6 @@ HINTS = {
     "no_count_check": "raise ValueError when the two models have different numbers of blocks (zip would stop at "
                       "the shorter one silently)",
     "no_identity": "add the residual: Â = 0.5·A + 0.5·I (A the head-mean), then renormalise the rows",
-    "no_renorm": "renormalise each row of 0.5·A + 0.5·I to sum 1 (it already does when A's rows sum to 1, but "
-                 "not in general)",
     "order": "later layers multiply on the left: rollout = Â_L · … · Â_1 (rollout = Â_l @ rollout, layer by layer)",
     "max_heads": "average the heads (mean over H), not their maximum",
 }
@@ -333,7 +331,6 @@ def _mistakes() -> dict[str, tuple[Mistake, ...]]:
         ),
         "attention_rollout": (
             Mistake("no identity", HINTS["no_identity"], _rollout(identity=False)),
-            Mistake("no renormalisation", HINTS["no_renorm"], _rollout(renorm=False)),
             Mistake("wrong order", HINTS["order"], _rollout(left=False)),
             Mistake("max over heads", HINTS["max_heads"], _rollout(heads="max")),
         ),

@@ -359,6 +359,17 @@ def _divergence_class() -> type:
     return Probed
 
 
+class ScaledBlock(nn.Module):
+    """A block whose output is multiplied by ``factor`` (a relative difference of factor - 1)."""
+
+    def __init__(self, block: nn.Module, factor: float):
+        super().__init__()
+        self.block, self.factor = block, factor
+
+    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
+        return self.block(x, cache) * self.factor
+
+
 def divergence_model(seed: int = 0, bug: str = "", layer: int = 0, size: float = 1.0, training: bool = False,
                      num_layers: int = 4) -> nn.Module:
     """A LlamaDecoder (``DIVERGENCE``, ``num_layers`` blocks) with random weights (``seed``); with
@@ -367,6 +378,7 @@ def divergence_model(seed: int = 0, bug: str = "", layer: int = 0, size: float =
     "ffn": block ``layer``'s ffn.down_proj.weight += size · noise (every sequence differs there);
     "scale": block ``layer``'s q_proj.weight ·= (1 + size), i.e. a wrong attention scale (a
     sequence of one repeated token does not see it: its values are all equal);
+    "output_scale": block ``layer``'s output multiplied by 1 + size (a relative difference);
     "nan": one weight of block ``layer``'s ffn.down_proj set to NaN;
     "embedding": tok_emb.weight += size · noise (shows at block 0);
     "final_norm": final_norm.weight += size (after the last block: nothing shows).
@@ -387,6 +399,8 @@ def divergence_model(seed: int = 0, bug: str = "", layer: int = 0, size: float =
                 w += size * torch.randn(w.shape, generator=g)
             elif bug == "scale":
                 model.blocks[layer].attn.q_proj.weight.mul_(1.0 + size)
+            elif bug == "output_scale":
+                model.blocks[layer] = ScaledBlock(model.blocks[layer], 1.0 + size)
             elif bug == "nan":
                 model.blocks[layer].ffn.down_proj.weight[0, 0] = float("nan")
             elif bug == "embedding":

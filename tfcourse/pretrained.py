@@ -38,7 +38,7 @@ from tfcourse.reference.nb06_kv_cache import KVCache
 from tfcourse.reference.nb07_gqa_mla import GroupedQueryAttention, repeat_kv
 
 __all__ = [
-    "INSTALL_WEIGHTS", "smollm2_gguf_path", "minilm_dir", "read_gguf", "smollm2_config",
+    "INSTALL_WEIGHTS", "smollm2_gguf_path", "minilm_dir", "gguf_reader", "read_gguf", "smollm2_config",
     "minilm_config", "smollm2_tokenizer", "minilm_tokenizer", "LlamaBlock", "LlamaDecoder",
     "BertBlock", "BertEncoder", "attention_weights", "smollm2", "minilm",
 ]
@@ -95,6 +95,28 @@ def _plain(field: Any) -> Any:
     return value
 
 
+def gguf_reader(path: str | os.PathLike):
+    """The `gguf.GGUFReader` of a GGUF file, parsed once per process and file.
+
+    Parsing the header is the slow part of reading SmolLM2's file (a few seconds: the tokenizer's
+    98 000 strings), the tensors themselves are memory-mapped; so the reader is cached, keyed by
+    the file's resolved path, size and modification time (a rewritten file is parsed again).
+    Raises FileNotFoundError when the file does not exist.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(path)
+    stat = path.stat()
+    return _cached_reader(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_reader(path: str, size: int, mtime_ns: int):
+    import gguf
+
+    return gguf.GGUFReader(path)
+
+
 def read_gguf(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Read every tensor and metadata field of a GGUF file (llama.cpp's format).
 
@@ -105,14 +127,11 @@ def read_gguf(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[st
     file's interleaved RoPE order. metadata: key -> plain Python value (int, float, str, list),
     e.g. "llama.block_count" -> 30; float32 fields rounded to their shortest decimal repr.
     Raises FileNotFoundError when the file does not exist. Source: the gguf package (llama.cpp's
-    gguf-py), GGUFReader.
+    gguf-py), GGUFReader (parsed once per file: gguf_reader).
     """
     import gguf
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(path)
-    reader = gguf.GGUFReader(path)
+    reader = gguf_reader(path)
     metadata = {key: _plain(field) for key, field in reader.fields.items()
                 if not key.startswith("GGUF.")}
     tensors = {}
@@ -122,11 +141,8 @@ def read_gguf(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[st
     return tensors, metadata
 
 
-@functools.cache
 def _smollm2_metadata() -> dict[str, Any]:
-    import gguf
-
-    reader = gguf.GGUFReader(smollm2_gguf_path())
+    reader = gguf_reader(smollm2_gguf_path())
     return {key: _plain(field) for key, field in reader.fields.items()
             if not key.startswith("GGUF.") and not key.startswith("tokenizer.ggml.")}
 
@@ -152,11 +168,8 @@ def smollm2_config() -> dict[str, Any]:
     }
 
 
-@functools.cache
 def _smollm2_tensor_names() -> frozenset[str]:
-    import gguf
-
-    return frozenset(t.name for t in gguf.GGUFReader(smollm2_gguf_path()).tensors)
+    return frozenset(t.name for t in gguf_reader(smollm2_gguf_path()).tensors)
 
 
 def minilm_config() -> dict[str, Any]:
@@ -386,7 +399,12 @@ def smollm2(loader: Callable[[nn.Module, Path], nn.Module]) -> LlamaDecoder:
     notebook's demo cells share one copy (about 540 MB in float32) and load it once per process.
     A demo that changes it must restore it (the notebook's do, in try/finally).
     """
-    model = LlamaDecoder(**smollm2_config())
+    config = smollm2_config()
+    with torch.device("meta"):  # no random init of 134 M numbers: the loader overwrites them all
+        model = LlamaDecoder(**config)
+    model.to_empty(device="cpu")
+    if config["tie_embeddings"]:
+        model.lm_head.weight = model.tok_emb.weight  # to_empty gives each module its own tensor
     return loader(model, smollm2_gguf_path()).eval()
 
 

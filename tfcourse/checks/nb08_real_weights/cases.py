@@ -94,6 +94,9 @@ def well_formed_file_raised(j: Judge, prefix: str = "") -> None:
     if o.kind != "error" or "no Instance with key" in o.error_message:
         return
     msg = o.error_message
+    if o.error_type not in ("ValueError", "KeyError", "RuntimeError", "IndexError") or "memory" in msg.lower() \
+            or "allocate" in msg:
+        return  # not a mapping problem (a memory or file limit, ...): reported as the error it is
     hint = None
     if prefix and not any(w in msg for w in ("shape", "size")):  # the same loader passed the file without it
         hint = "strip the 'bert.' prefix from every key first (checkpoints saved from BertForX have it)"

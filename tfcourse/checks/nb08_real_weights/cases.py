@@ -563,6 +563,8 @@ def visible_cases(exercise: str) -> list[Case]:
             divergence_case("NaN produced at block 2 (in model_b only; models in training mode; hooks, training "
                             "flags and parameters left as they were)", 2, {"bug": "nan", "layer": 2, "training": True},
                             model_a={"training": True}, part="edges", state=True),
+            divergence_case("NaN in BOTH models from block 1 on: NaN counts as a difference", 1,
+                            {"bug": "nan", "layer": 1}, model_a={"bug": "nan", "layer": 1}, part="edges"),
             divergence_case("a bug in final_norm only (after the last block): None", None,
                             {"bug": "final_norm", "size": 0.5}, part="edges", state=True),
             divergence_case("a perturbed embedding: block 0", 0, {"bug": "embedding", "size": 0.5}, part="edges",

@@ -48,8 +48,8 @@ HINTS = {
                  "the embedding is not a layer of its own)",
     "logits_too": "only the blocks' outputs count: a difference that appears only after the last block (final "
                   "norm, lm_head) gives None",
-    "nan_missed": "(a - b).abs().max() > atol is False when it is NaN: use not torch.allclose(a, b, rtol=0, "
-                  "atol=atol), which counts NaN as a difference",
+    "nan_missed": "(a - b).abs().max() > atol is False when it is NaN (and equal_nan=True hides NaN in both): use "
+                  "not torch.allclose(a, b, rtol=0, atol=atol), which counts NaN as a difference",
     "relative": "torch.allclose has rtol=1e-05 by default: pass rtol=0 so that only atol decides",
     "batch0": "compare the whole batch, not only input_ids[0]'s outputs: here only the second sequence differs",
     "hooks_left": "remove every hook you registered (handle.remove(), e.g. in a finally:), so the models are "

@@ -130,6 +130,7 @@ def read_gguf(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[st
     gguf-py), GGUFReader (parsed once per file: gguf_reader).
     """
     import gguf
+    import numpy as np
 
     reader = gguf_reader(path)
     metadata = {key: _plain(field) for key, field in reader.fields.items()
@@ -137,7 +138,9 @@ def read_gguf(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[st
     tensors = {}
     for t in reader.tensors:
         array = gguf.quants.dequantize(t.data, t.tensor_type)  # numpy, shape reversed: (out, in)
-        tensors[t.name] = torch.from_numpy(array.astype("float32", copy=True)).contiguous()
+        if array.dtype != np.float32 or not array.flags.writeable or not array.flags.c_contiguous:
+            array = np.array(array, dtype=np.float32, order="C")  # F32/F16 come as read-only views
+        tensors[t.name] = torch.from_numpy(array)  # a fresh array: no copy of 0.5 GB needed
     return tensors, metadata
 
 

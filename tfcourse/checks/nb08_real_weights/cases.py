@@ -183,17 +183,40 @@ def hf_llama_logits(config: str, seed: int, quantized: bool, ids: tuple[tuple[in
 @functools.cache
 def smollm2_oracle_logits() -> torch.Tensor:
     """SmolLM2's logits (1, T, V) float32 on SMOLLM2_PROMPT from transformers' LlamaForCausalLM,
-    its weights from transformers' own GGUF conversion (its name map and q/k permutation)."""
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    its weights converted by transformers' own GGUF code (its name map, from a LlamaForCausalLM
+    on the meta device, and its llama tensor processor's q/k permutation), i.e. the loop of
+    load_gguf_checkpoint run on the file's reader that tfcourse.pretrained already parsed (parsing
+    SmolLM2's header again would cost seconds of the notebook's run)."""
+    from tfcourse.pretrained import gguf_reader, smollm2_config, smollm2_gguf_path
 
-    from tfcourse.pretrained import smollm2_config, smollm2_gguf_path
-
+    config = smollm2_config()
     with _quiet_transformers():
-        with torch.device("meta"):
-            meta = _hf_llama_meta(smollm2_config())
-        state = load_gguf_checkpoint(str(smollm2_gguf_path()), return_tensors=True, model_to_load=meta)["tensors"]
+        try:
+            import gguf
+            from transformers.modeling_gguf_pytorch_utils import (
+                TENSOR_PROCESSORS,
+                get_gguf_hf_weights_map,
+            )
+        except ImportError:  # another transformers: its public loader (parses the file again)
+            from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+            with torch.device("meta"):
+                meta = _hf_llama_meta(config)
+            state = load_gguf_checkpoint(str(smollm2_gguf_path()), return_tensors=True, model_to_load=meta)["tensors"]
+        else:
+            processor = TENSOR_PROCESSORS["llama"](config={"num_attention_heads": config["num_heads"],
+                                                           "num_key_value_heads": config["num_kv_heads"]})
+            with torch.device("meta"):
+                meta = _hf_llama_meta(config)
+            names = get_gguf_hf_weights_map(meta, processor)
+            state = {}
+            for tensor in gguf_reader(smollm2_gguf_path()).tensors:
+                result = processor.process(weights=gguf.dequantize(tensor.data, tensor.tensor_type), name=tensor.name,
+                                           tensor_key_mapping=names, parsed_parameters={})
+                if result.name in names:
+                    state[names[result.name]] = torch.from_numpy(result.weights.astype("float32", copy=True))
         del meta
-        model = _hf_llama(smollm2_config(), state, torch.float32)
+        model = _hf_llama(config, state, torch.float32)
         del state
     with torch.no_grad():
         return model(SMOLLM2_PROMPT).logits.detach()

@@ -473,3 +473,17 @@ def test_a_hidden_reference_import_is_explained():
     case = Case("f", "ref", [Call("f", (torch.ones(2),))], lambda j: j.tensor(shape=(2,)))
     result = judge_case(case, [run_call(Call("f", (torch.ones(2),)), {"f": answer})])
     assert result.status == "error" and "hides the course's solutions" in result.message
+
+
+def test_a_step_with_an_empty_name_reads_what_the_function_returned():
+    # notebook 08's first_divergent_layer returns an int or None: Step("", attribute=True) keeps both
+    from tfcourse.checks._calls import Step
+
+    def pick(x, none=False):
+        return None if none else int(x.argmax())
+
+    x = torch.tensor([0.0, 3.0, 1.0])
+    found = run_call(Call("pick", (x,), steps=(Step("", attribute=True),)), {"pick": pick})
+    assert found.ok and found.tensors[0].dtype == torch.int64 and int(found.tensors[0]) == 1
+    none = run_call(Call("pick", (x,), {"none": True}, steps=(Step("", attribute=True),)), {"pick": pick})
+    assert none.ok and none.tensors[0].shape == (0,) and none.tensors[0].dtype == torch.float64

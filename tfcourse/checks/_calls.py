@@ -108,7 +108,8 @@ class Instance:
 class Step:
     """One more call on an object after :class:`Call` built it: ``obj.method(*args, **kwargs)``
     (``method="__call__"`` is the module's forward, in eval mode and under ``torch.no_grad()``),
-    or, with ``attribute=True``, reading ``obj.method``. ``on``: "" for the object the Call built,
+    or, with ``attribute=True``, reading ``obj.method`` (``method=""``: the object itself, e.g. what a
+    function returned, an int or None). ``on``: "" for the object the Call built,
     else the key of an :class:`Instance` of the same Call (e.g. read ``cache.k`` afterwards)."""
 
     method: str
@@ -180,7 +181,7 @@ class Call:
                 text += ", which must be a Python int"
                 continue
             if step.attribute:
-                text += f", then read {owner}.{step.method}"
+                text += f", then read {owner}.{step.method}" if step.method else ""
                 continue
             sparts = [_describe(a) for a in step.args] + [f"{k}={_describe(v)}" for k, v in step.kwargs.items()]
             name = "" if step.method == "__call__" else f".{step.method}"
@@ -569,10 +570,10 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
             results.append(result)
         for step in call.steps:
             owner = built if not step.on else instances.by_key.get(step.on)
-            if owner is None:
+            if owner is None and (step.on or step.method):  # reading a returned None itself is fine
                 raise ValueError(f"no Instance with key {step.on!r} in this call")
-            if step.attribute:
-                results.append(getattr(owner, step.method))
+            if step.attribute:  # an empty name reads the object itself (e.g. a function's int or None)
+                results.append(getattr(owner, step.method) if step.method else owner)
                 continue
             if step.method == "__call__":
                 fn = owner  # a module's __call__, so that hooks run; its forward names the arguments

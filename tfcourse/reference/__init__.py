@@ -4,4 +4,4 @@ Later notebooks import earlier notebooks' components from here, so a learner who
 on one notebook can still do the next. GENERATED: do not edit.
 """
 
-NOTEBOOKS = ["01_attention", "02_multi_head_attention", "03_positional_encodings", "04_normalisation", "05_feed_forward", "06_kv_cache", "07_gqa_mla"]
+NOTEBOOKS = ["01_attention", "02_multi_head_attention", "03_positional_encodings", "04_normalisation", "05_feed_forward", "06_kv_cache", "07_gqa_mla", "08_real_weights"]

@@ -1,0 +1,600 @@
+"""Notebook 08's visible cases: files the checks write themselves, oracles from ``transformers``.
+
+The checks judge without the course's solutions (a learner's environment need not have them):
+
+* ``load_decoder_weights`` on tiny GGUF files written by ``probes.tiny_gguf`` (llama.cpp's names
+  and interleaved q/k rows, F32 and Q8_0 tensors, 1 < G < H, a tied and an untied file): the
+  loaded parameters are compared with the weights the probe wrote (Hugging Face layout, which is
+  the course's), and the logits with ``transformers``' LlamaForCausalLM holding those weights
+  (float64, atol 1e-4); the packaged SmolLM2 file's logits with LlamaForCausalLM loaded through
+  ``transformers``' own GGUF conversion (``load_gguf_checkpoint``, its own name map and
+  permutation), atol 1e-4.
+* ``load_encoder_weights`` the same way with tiny BERT safetensors files (with and without the
+  "bert." prefix; pooler.* and embeddings.position_ids present) and ``BertModel``; the packaged
+  MiniLM against ``BertModel.from_pretrained`` of its folder, atol 1e-5 on the real tokens.
+* ``mean_pool`` against a per-row mean over the real tokens; ``first_divergent_layer`` on pairs of
+  tiny LlamaDecoders (``probes.divergence_model``) with a bug at a known block, where the answer is
+  known by construction; ``attention_rollout`` against a product written with ``torch.linalg``.
+
+The oracles of the real models are computed once per process (functools.cache).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import os
+from collections.abc import Callable, Iterator
+
+import torch
+
+from .._calls import Call, Instance, Step
+from .._core import Case, Judge, _fmt_dtype
+from . import probes
+from .mistakes import HINTS, MISTAKES
+
+__all__ = ["EXERCISES", "PROBES", "SMOLLM2_PROMPT", "MINILM_BATCH", "decoder_case", "divergence_case",
+           "encoder_case", "hf_llama_logits", "visible_cases"]
+
+EXERCISES = ("load_decoder_weights", "load_encoder_weights", "mean_pool", "first_divergent_layer",
+             "attention_rollout")
+
+PROBES = "tfcourse.checks.nb08_real_weights.probes:"
+# "The capital of France is" in SmolLM2's tokenizer
+SMOLLM2_PROMPT = torch.tensor([[504, 3575, 282, 4649, 314]])
+# "The cat sat on the mat." / "A quick test" in MiniLM's tokenizer, padded
+MINILM_BATCH = (torch.tensor([[101, 1996, 4937, 2938, 2006, 1996, 13523, 1012, 102],
+                              [101, 1037, 4248, 3231, 102, 0, 0, 0, 0]]),
+                torch.tensor([[1] * 9, [1] * 5 + [0] * 4]))
+DECODER_ATOL = 1e-4
+ENCODER_ATOL = 1e-5
+LLAMA_PARAMETERS = ("blocks.0.attn.q_proj.weight", "blocks.1.attn.k_proj.weight", "blocks.0.attn.v_proj.weight",
+                    "blocks.1.ffn.gate_proj.weight", "blocks.1.ffn.up_proj.weight", "tok_emb.weight",
+                    "lm_head.weight")
+_HF_LLAMA = {"blocks.0.attn.q_proj.weight": "model.layers.0.self_attn.q_proj.weight",
+             "blocks.1.attn.k_proj.weight": "model.layers.1.self_attn.k_proj.weight",
+             "blocks.0.attn.v_proj.weight": "model.layers.0.self_attn.v_proj.weight",
+             "blocks.1.ffn.gate_proj.weight": "model.layers.1.mlp.gate_proj.weight",
+             "blocks.1.ffn.up_proj.weight": "model.layers.1.mlp.up_proj.weight",
+             "tok_emb.weight": "model.embed_tokens.weight", "lm_head.weight": "lm_head.weight"}
+BERT_PARAMETERS = ("blocks.0.attn.q_proj.weight", "blocks.1.attn.k_proj.bias", "blocks.0.attn_norm.weight",
+                   "blocks.1.ffn.up_proj.weight", "type_emb.weight")
+_HF_BERT = {"blocks.0.attn.q_proj.weight": "encoder.layer.0.attention.self.query.weight",
+            "blocks.1.attn.k_proj.bias": "encoder.layer.1.attention.self.key.bias",
+            "blocks.0.attn_norm.weight": "encoder.layer.0.attention.output.LayerNorm.weight",
+            "blocks.1.ffn.up_proj.weight": "encoder.layer.1.intermediate.dense.weight",
+            "type_emb.weight": "embeddings.token_type_embeddings.weight"}
+
+
+def _case(exercise: str, title: str, calls: list[Call], judge: Callable[[Judge], None], *, seed: int | None = None,
+          part: str = "core", mistakes: bool = True) -> Case:
+    return Case(exercise, title, calls, judge, seed=seed, mistakes=MISTAKES[exercise] if mistakes else (), part=part)
+
+
+def step_tensors(j: Judge, call: int, count: int, what: str) -> list[torch.Tensor]:
+    """The ``count`` tensors a call with steps returned, or a failure that says why not."""
+    o = j.outcomes[call]
+    if o.kind == "error":
+        if "no Instance with key ''" in o.error_message:
+            j.fail(f"{j.case.exercise} returned None: return the model you were given (filled in place)")
+        if "object has no attribute 'probe_" in o.error_message:
+            j.fail(f"{j.case.exercise} returned another object: fill the model you were given and return it")
+        j.values(call)  # raises: the judge reports the exception
+    if o.kind == "bad_type":
+        j.fail(f"{what}: got {o.type_name} where tensors were expected")
+    if len(o.tensors) != count:
+        j.fail(f"{what}: got {len(o.tensors)} tensors back; expected {count}")
+    return o.tensors
+
+
+def well_formed_file_raised(j: Judge, prefix: str = "") -> None:
+    """Fail with a hint when the loader raised on a well-formed file (a case that expects numbers)."""
+    o = j.outcomes[0]
+    if o.kind != "error" or "no Instance with key" in o.error_message:
+        return
+    msg = o.error_message
+    if o.error_type not in ("ValueError", "KeyError", "RuntimeError", "IndexError") or "memory" in msg.lower() \
+            or "allocate" in msg:
+        return  # not a mapping problem (a memory or file limit, ...): reported as the error it is
+    hint = None
+    if prefix and not any(w in msg for w in ("shape", "size")):  # the same loader passed the file without it
+        hint = "strip the 'bert.' prefix from every key first (checkpoints saved from BertForX have it)"
+    elif any(n in msg for n in ("intermediate.dense", "output.dense", "up_proj", "down_proj")) and \
+            "attention.output.dense" not in msg:
+        hint = HINTS["bert_dense"]
+    elif any(w in msg for w in ("shape", "size")):
+        hint = ("the files store weights in nn.Linear's layout (out, in), as read_gguf / safetensors return them: "
+                "no transpose; and check the name map (a tensor went to a parameter of another shape)")
+    elif o.error_type == "KeyError":
+        hint = ("the file has tensors the model does not (pooler.*, embeddings.position_ids, output.weight of a "
+                "tied model ...): map what the model needs and ignore the rest")
+    j.fail(f"raised {o.error_line()} on a well-formed file", hint=hint)
+
+
+def errors_case(exercise: str, calls: list[Call], must_name: list[tuple[str, ...]], what: list[str],
+                part: str = "core") -> Case:
+    """Every call must raise ValueError whose message names the tensor (one of ``must_name[i]``)."""
+
+    def judge(j: Judge) -> None:
+        for i, o in enumerate(j.outcomes):
+            if o.kind != "error":
+                j.fail(f"{what[i]}: nothing was raised; expected ValueError naming the tensor",
+                       hint="check every tensor before copying: raise ValueError(f'... {name} ...') when the "
+                       "file lacks one the model needs, or when its shape differs from the parameter's")
+            if o.error_type != "ValueError":
+                hint = ("strip the 'bert.' prefix from every key first (checkpoints saved from BertForX have it)"
+                        if o.error_type == "KeyError" and "bert." in repr(j.case.calls[i]) else
+                        "check it yourself and raise ValueError: torch's own errors (a KeyError, a RuntimeError of "
+                        "copy_ or load_state_dict) are not the contract's")
+                j.fail(f"{what[i]}: raised {o.error_line()}; expected ValueError", hint=hint)
+            if not any(n in o.error_message for n in must_name[i]):
+                j.fail(f"{what[i]}: the ValueError says {o.error_message.strip()[:100]!r}; it must name the "
+                       f"tensor ({' or '.join(must_name[i])})")
+
+    return _case(exercise, "ValueError naming the tensor: " + "; ".join(what), calls, judge, part=part)
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """No progress bars or warnings from transformers while an oracle loads (nothing downloaded)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers.utils import logging as hf_logging
+
+    bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # load_gguf_checkpoint's own tqdm bar
+            yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+# ---------------------------------------------------------------------------------------------
+# load_decoder_weights
+# ---------------------------------------------------------------------------------------------
+def _hf_llama(config: dict, state: dict[str, torch.Tensor] | None, dtype: torch.dtype):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    c = LlamaConfig(vocab_size=config["vocab_size"], hidden_size=config["d_model"],
+                    intermediate_size=config["d_ff"], num_hidden_layers=config["num_layers"],
+                    num_attention_heads=config["num_heads"], num_key_value_heads=config["num_kv_heads"],
+                    head_dim=config["d_model"] // config["num_heads"], rope_theta=config["rope_theta"],
+                    rms_norm_eps=config["eps"], tie_word_embeddings=config["tie_embeddings"],
+                    max_position_embeddings=4096, attn_implementation="eager")
+    with torch.random.fork_rng(devices=[]):
+        model = LlamaForCausalLM(c)
+    if state is not None:
+        model.load_state_dict(state, strict=not config["tie_embeddings"])
+    return model.to(dtype).eval()
+
+
+@functools.cache
+def hf_llama_logits(config: str, seed: int, quantized: bool, ids: tuple[tuple[int, ...], ...]) -> torch.Tensor:
+    """Logits (B, T, V) float64 of transformers' LlamaForCausalLM holding a tiny file's weights."""
+    model = _hf_llama(probes.LLAMA[config], probes.llama_weights(config, seed, quantized), torch.float64)
+    with torch.no_grad():
+        return model(torch.tensor(ids)).logits.detach()
+
+
+@functools.cache
+def smollm2_oracle_logits() -> torch.Tensor:
+    """SmolLM2's logits (1, T, V) float32 on SMOLLM2_PROMPT from transformers' LlamaForCausalLM,
+    its weights converted by transformers' own GGUF code (its name map, from a LlamaForCausalLM
+    on the meta device, and its llama tensor processor's q/k permutation), i.e. the loop of
+    load_gguf_checkpoint run on the file's reader that tfcourse.pretrained already parsed (parsing
+    SmolLM2's header again would cost seconds of the notebook's run)."""
+    from tfcourse.pretrained import gguf_reader, smollm2_config, smollm2_gguf_path
+
+    config = smollm2_config()
+    with _quiet_transformers():
+        try:
+            import gguf
+            from transformers.modeling_gguf_pytorch_utils import (
+                TENSOR_PROCESSORS,
+                get_gguf_hf_weights_map,
+            )
+        except ImportError:  # another transformers: its public loader (parses the file again)
+            from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+            with torch.device("meta"):
+                meta = _hf_llama_meta(config)
+            state = load_gguf_checkpoint(str(smollm2_gguf_path()), return_tensors=True, model_to_load=meta)["tensors"]
+        else:
+            processor = TENSOR_PROCESSORS["llama"](config={"num_attention_heads": config["num_heads"],
+                                                           "num_key_value_heads": config["num_kv_heads"]})
+            with torch.device("meta"):
+                meta = _hf_llama_meta(config)
+            names = get_gguf_hf_weights_map(meta, processor)
+            state = {}
+            for tensor in gguf_reader(smollm2_gguf_path()).tensors:
+                result = processor.process(weights=gguf.dequantize(tensor.data, tensor.tensor_type), name=tensor.name,
+                                           tensor_key_mapping=names, parsed_parameters={})
+                if result.name in names:
+                    state[names[result.name]] = torch.from_numpy(result.weights.astype("float32", copy=True))
+        del meta
+        model = _hf_llama(config, state, torch.float32)
+        del state
+    with torch.no_grad():
+        return model(SMOLLM2_PROMPT).logits.detach()
+
+
+def _hf_llama_meta(config: dict):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    c = LlamaConfig(vocab_size=config["vocab_size"], hidden_size=config["d_model"],
+                    intermediate_size=config["d_ff"], num_hidden_layers=config["num_layers"],
+                    num_attention_heads=config["num_heads"], num_key_value_heads=config["num_kv_heads"],
+                    head_dim=config["d_model"] // config["num_heads"], tie_word_embeddings=config["tie_embeddings"])
+    return LlamaForCausalLM(c)
+
+
+def decoder_case(config: str, seed: int, ids: torch.Tensor, *, quantized: bool = True, title: str = "",
+                 model_seed: int = 1000) -> Case:
+    """A tiny GGUF file loaded into a fresh LlamaDecoder: its parameters, its tie, its logits."""
+    c = probes.LLAMA[config]
+    names = tuple(n for n in LLAMA_PARAMETERS if n != "lm_head.weight" or not c["tie_embeddings"])
+    model = Instance(PROBES + "tiny_decoder", kwargs={"config": config, "seed": model_seed}, key="m")
+    path = Instance(PROBES + "tiny_gguf", kwargs={"config": config, "seed": seed, "quantized": quantized})
+    steps = (Step("__call__", (ids,)), Step("probe_tied", on="m"), Step("probe_parameters", names, on="m"),
+             Step("__call__", (ids,), on="m"))
+    call = Call("load_decoder_weights", (model, path), steps=steps)
+    tied = c["tie_embeddings"]
+
+    def judge(j: Judge) -> None:
+        well_formed_file_raised(j)
+        got = step_tensors(j, 0, 3 + len(names), "the loaded model's logits, tie and parameters")
+        logits, is_tied, params, again = got[0], bool(got[1]), got[2:-1], got[-1]
+        weights = probes.llama_weights(config, seed, quantized)
+        for name, p in zip(names, params, strict=True):
+            want = weights[_HF_LLAMA[name]] if name != "lm_head.weight" or not tied else weights["model.embed_tokens.weight"]
+            j.close(p, want, name=f"model.{name} after loading", atol=1e-6, rtol=0, oracle="the file's")
+        if is_tied != tied:
+            j.fail("lm_head.weight is tok_emb.weight is False after loading a tied model: they are two "
+                   "Parameters now" if tied else "an untied model came back tied",
+                   hint=j.mistake_hint())
+        want = hf_llama_logits(config, seed, quantized, tuple(map(tuple, ids.tolist())))
+        j.close(logits, want, name="logits", atol=DECODER_ATOL, rtol=0, oracle="transformers' LlamaForCausalLM")
+        j.require(torch.equal(again, logits), "the model you were given and the model you returned give other "
+                  "logits: fill the given model in place and return it")
+
+    what = title or (f"a tiny {'tied' if tied else 'untied'} GGUF file (H = {c['num_heads']}, G = "
+                     f"{c['num_kv_heads']}, L = {c['num_layers']}, {'F32 + Q8_0' if quantized else 'F32'}): "
+                     "parameters, tie and logits vs transformers' LlamaForCausalLM")
+    return _case("load_decoder_weights", what, [call], judge, seed=seed)
+
+
+def real_decoder_case() -> Case:
+    model = Instance(PROBES + "smollm2_decoder", key="m")
+    call = Call("load_decoder_weights", (model, Instance(PROBES + "smollm2_path")),
+                steps=(Step("__call__", (SMOLLM2_PROMPT,)), Step("probe_tied", on="m")))
+
+    def judge(j: Judge) -> None:
+        well_formed_file_raised(j)
+        logits, is_tied = step_tensors(j, 0, 2, "SmolLM2's logits and tie")
+        j.require(bool(is_tied), "lm_head.weight is not tok_emb.weight after loading SmolLM2 (tied embeddings)",
+                  hint=HINTS["tie_broken"])
+        j.close(logits, smollm2_oracle_logits(), name="logits", atol=DECODER_ATOL, rtol=0,
+                oracle="transformers' LlamaForCausalLM (its own GGUF conversion)")
+
+    return _case("load_decoder_weights", "the packaged SmolLM2-135M file: logits on a 5-token prompt vs "
+                 "transformers' LlamaForCausalLM", [call], judge, part="real", mistakes=False)
+
+
+def decoder_errors_case(seed: int = 5) -> Case:
+    def call(config: str, model_kwargs: dict, **file_kwargs) -> Call:
+        return Call("load_decoder_weights", (Instance(PROBES + "tiny_decoder", kwargs={"config": config, **model_kwargs}),
+                                             Instance(PROBES + "tiny_gguf", kwargs={"config": config, "seed": seed,
+                                                                                     **file_kwargs})))
+    calls = [call("tied", {}, drop="blk.1.ffn_up.weight"), call("untied", {}, reshape="output_norm.weight"),
+             call("tied", {"tie_embeddings": False})]
+    return errors_case("load_decoder_weights", calls,
+                       [("blk.1.ffn_up", "blocks.1.ffn.up_proj"), ("output_norm", "final_norm"), ("output", "lm_head")],
+                       ["a file without blk.1.ffn_up.weight", "output_norm.weight one row short",
+                        "an untied model and a file without output.weight"])
+
+
+# ---------------------------------------------------------------------------------------------
+# load_encoder_weights
+# ---------------------------------------------------------------------------------------------
+def _hf_bert_config(config: dict):
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=config["vocab_size"], hidden_size=config["d_model"],
+                      num_hidden_layers=config["num_layers"], num_attention_heads=config["num_heads"],
+                      intermediate_size=config["d_ff"], max_position_embeddings=config["max_positions"],
+                      type_vocab_size=config["type_vocab_size"], layer_norm_eps=config["eps"],
+                      hidden_act="gelu", attn_implementation="eager")
+
+
+@functools.cache
+def hf_bert_hidden(config: str, seed: int, ids: tuple, mask: tuple, types: tuple) -> torch.Tensor:
+    """Last hidden states (B, T, D) float64 of transformers' BertModel holding a tiny file's weights."""
+    from transformers import BertModel
+
+    with torch.random.fork_rng(devices=[]):
+        model = BertModel(_hf_bert_config(probes.BERT[config]), add_pooling_layer=False)
+    model.load_state_dict(probes.bert_weights(config, seed), strict=False)
+    model = model.double().eval()
+    with torch.no_grad():
+        return model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
+                     token_type_ids=torch.tensor(types)).last_hidden_state.detach()
+
+
+@functools.cache
+def minilm_oracle_hidden() -> torch.Tensor:
+    """MiniLM's last hidden states (B, T, D) float32 on MINILM_BATCH from transformers' BertModel
+    loaded from the package's folder (no download)."""
+    from transformers import BertModel
+
+    from tfcourse.pretrained import minilm_dir
+
+    with _quiet_transformers():
+        model = BertModel.from_pretrained(str(minilm_dir()), local_files_only=True,
+                                          attn_implementation="eager").eval()
+    with torch.no_grad():
+        return model(input_ids=MINILM_BATCH[0], attention_mask=MINILM_BATCH[1]).last_hidden_state.detach()
+
+
+def _real_tokens_close(j: Judge, hidden: torch.Tensor, want: torch.Tensor, mask: torch.Tensor, atol: float,
+                       oracle: str) -> None:
+    keep = mask.bool()[..., None].expand_as(want)
+    if tuple(hidden.shape) != tuple(want.shape):
+        j.close(hidden, want, name="hidden states", oracle=oracle)  # fails on the shape
+    j.close(torch.where(keep, hidden.double(), 0.0), torch.where(keep, want.double(), 0.0),
+            name="hidden states (real tokens; padding set to 0 on both sides)", atol=atol, rtol=0, oracle=oracle)
+
+
+def encoder_case(config: str, seed: int, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor, *,
+                 prefix: str = "", model_seed: int = 2000) -> Case:
+    model = Instance(PROBES + "tiny_encoder", kwargs={"config": config, "seed": model_seed}, key="m")
+    path = Instance(PROBES + "tiny_bert", kwargs={"config": config, "seed": seed, "prefix": prefix})
+    steps = (Step("__call__", (ids,), {"attention_mask": mask, "token_type_ids": types}),
+             Step("probe_parameters", BERT_PARAMETERS, on="m"),
+             Step("__call__", (ids,), {"attention_mask": mask, "token_type_ids": types}, on="m"))
+    call = Call("load_encoder_weights", (model, path), steps=steps)
+
+    def judge(j: Judge) -> None:
+        well_formed_file_raised(j, prefix)
+        got = step_tensors(j, 0, 2 + len(BERT_PARAMETERS), "the loaded model's hidden states and parameters")
+        hidden, params, again = got[0], got[1:-1], got[-1]
+        weights = probes.bert_weights(config, seed)
+        for name, p in zip(BERT_PARAMETERS, params, strict=True):
+            j.close(p, weights[_HF_BERT[name]], name=f"model.{name} after loading", atol=1e-6, rtol=0,
+                    oracle="the file's")
+        want = hf_bert_hidden(config, seed, *(tuple(map(tuple, t.tolist())) for t in (ids, mask, types)))
+        _real_tokens_close(j, hidden, want, mask, 1e-4, "transformers' BertModel")
+        j.require(torch.equal(again, hidden), "the model you were given and the model you returned give other "
+                  "outputs: fill the given model in place and return it")
+
+    c = probes.BERT[config]
+    title = (f"a tiny BERT safetensors file{' with the ' + repr(prefix) + ' prefix' if prefix else ''} (D = "
+             f"{c['d_model']}, F = {c['d_ff']}, L = {c['num_layers']}; pooler.* and position_ids in it): "
+             "parameters and hidden states vs transformers' BertModel")
+    return _case("load_encoder_weights", title, [call], judge, seed=seed)
+
+
+def real_encoder_case() -> Case:
+    ids, mask = MINILM_BATCH
+    call = Call("load_encoder_weights", (Instance(PROBES + "minilm_encoder"), Instance(PROBES + "minilm_path")),
+                steps=(Step("__call__", (ids,), {"attention_mask": mask}),))
+
+    def judge(j: Judge) -> None:
+        well_formed_file_raised(j)
+        (hidden,) = step_tensors(j, 0, 1, "MiniLM's hidden states")
+        _real_tokens_close(j, hidden, minilm_oracle_hidden(), mask, ENCODER_ATOL,
+                           "transformers' BertModel.from_pretrained")
+
+    return _case("load_encoder_weights", "the packaged all-MiniLM-L6-v2: hidden states of two padded sentences vs "
+                 "transformers' BertModel (atol 1e-5 on the real tokens)", [call], judge, part="real", mistakes=False)
+
+
+def encoder_errors_case(seed: int = 6) -> Case:
+    def call(**file_kwargs) -> Call:
+        return Call("load_encoder_weights", (Instance(PROBES + "tiny_encoder"),
+                                             Instance(PROBES + "tiny_bert", kwargs={"seed": seed, **file_kwargs})))
+    calls = [call(drop="encoder.layer.1.output.dense.weight"),
+             call(prefix="bert.", reshape="embeddings.token_type_embeddings.weight")]
+    return errors_case("load_encoder_weights", calls,
+                       [("encoder.layer.1.output.dense", "blocks.1.ffn.down_proj"),
+                        ("token_type_embeddings", "type_emb")],
+                       ["a file without encoder.layer.1.output.dense.weight",
+                        "a 'bert.'-prefixed file whose token_type_embeddings has one row too few"])
+
+
+# ---------------------------------------------------------------------------------------------
+# mean_pool
+# ---------------------------------------------------------------------------------------------
+def pool_oracle(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Row by row: the mean of hidden[b] over the positions where mask[b] is nonzero (float64)."""
+    rows = [hidden[b][mask[b] != 0].double().mean(dim=0) for b in range(hidden.size(0))]
+    return torch.stack(rows)
+
+
+def pool_case(seed: int, b: int, t: int, d: int, lengths: list[int], dtype: torch.dtype, mask_dtype: torch.dtype,
+              *, title: str = "") -> Case:
+    g = torch.Generator().manual_seed(seed)
+    hidden = (torch.randn(b, t, d, generator=g, dtype=torch.float64) * 2 + 1).to(dtype)
+    mask = (torch.arange(t)[None] < torch.tensor(lengths)[:, None]).to(mask_dtype)
+    want = pool_oracle(hidden, mask)
+
+    def judge(j: Judge) -> None:
+        got = j.tensor(shape=(b, d), dtype=dtype)
+        tol = {} if dtype in (torch.float16, torch.bfloat16) else {"atol": 1e-5 if dtype == torch.float32 else 1e-10}
+        j.close(got, want, oracle="the mean over each row's real tokens", tol_dtype=dtype, **tol)
+
+    what = title or (f"(B, T, D) = ({b}, {t}, {d}) {_fmt_dtype(dtype)}, a {_fmt_dtype(mask_dtype)} mask, real tokens "
+                     f"per row {lengths}")
+    return _case("mean_pool", what, [Call("mean_pool", (hidden, mask))], judge, seed=seed)
+
+
+def pool_errors_case() -> Case:
+    h = torch.zeros(2, 4, 3)
+    calls = [Call("mean_pool", (h, torch.ones(2, 5))), Call("mean_pool", (h, torch.ones(3, 4, dtype=torch.bool)))]
+
+    def judge(j: Judge) -> None:
+        for i, o in enumerate(j.outcomes):
+            shape = tuple(j.case.calls[i].args[1].shape)
+            j.require(o.kind == "error" and o.error_type == "ValueError",
+                      f"attention_mask of shape {shape} for hidden (2, 4, 3): "
+                      f"{'raised ' + o.error_line() if o.kind == 'error' else 'nothing was raised'}; expected "
+                      "ValueError", hint="compare hidden.shape[:2] with attention_mask.shape and raise ValueError "
+                      "when they differ (broadcasting would hide the mistake)")
+
+    return _case("mean_pool", "ValueError when attention_mask's shape is not hidden's (B, T)", calls, judge)
+
+
+# ---------------------------------------------------------------------------------------------
+# first_divergent_layer
+# ---------------------------------------------------------------------------------------------
+DIVERGENCE_IDS = torch.tensor([[5, 5, 5, 5, 5, 5], [3, 17, 8, 29, 1, 12]])  # row 0: one token repeated
+
+
+def divergence_case(title: str, expected: int | None, model_b: dict, *, model_a: dict | None = None,
+                    atol: float | None = None, part: str = "core", ids: torch.Tensor = DIVERGENCE_IDS,
+                    state: bool = False, seed: int = 11) -> Case:
+    a_kwargs = {"seed": seed, **(model_a or {})}
+    b_kwargs = {"seed": seed, **model_b}
+    a = Instance(PROBES + "divergence_model", kwargs=a_kwargs, key="a")
+    b = Instance(PROBES + "divergence_model", kwargs=b_kwargs, key="b")
+    kwargs = {} if atol is None else {"atol": atol}
+    steps = (Step("", attribute=True),) + ((Step("probe_state", on="a"), Step("probe_state", on="b")) if state else ())
+    call = Call("first_divergent_layer", (a, b, ids), kwargs, steps=steps)
+
+    def judge(j: Judge) -> None:
+        o = j.outcomes[0]
+        if o.kind == "error":
+            j.values(0)
+        if o.kind == "bad_type":
+            j.fail(f"returned {o.type_name}; expected an int or None")
+        got = o.tensors[0]
+        if got.dim() == 0 and not got.is_floating_point() and got.dtype != torch.bool:
+            answer: int | None | str = int(got)
+        elif got.shape == (0,) and got.dtype == torch.float64:
+            answer = None
+        else:
+            answer = f"a {_fmt_dtype(got.dtype)} value of shape {tuple(got.shape)}"
+        if isinstance(answer, str):
+            j.fail(f"returned {answer}; expected a Python int (a block index) or None",
+                   hint="return a Python int (int(i)) or None, not a tensor or a float")
+        if answer != expected:
+            j.fail(f"returned {answer}; expected {expected}", hint=j.mistake_hint())
+        if state:
+            for name, kw, t in (("model_a", a_kwargs, o.tensors[1]), ("model_b", b_kwargs, o.tensors[2])):
+                want = probes._state_numbers(probes.divergence_model(**kw))
+                if int(t[0]) != int(want[0]):
+                    j.fail(f"{name} has {int(t[0])} forward hook(s) left after the call; expected {int(want[0])}",
+                           hint=j.mistake_hint())
+                if bool(t[1]) != bool(want[1]):
+                    j.fail(f"{name}.training is {bool(t[1])} after the call; it was {bool(want[1])}",
+                           hint=j.mistake_hint())
+                if not torch.isclose(t[2], want[2], rtol=1e-12, atol=0):
+                    j.fail(f"{name}'s parameters changed during the call (Σ|p| {float(t[2]):.9g}, was "
+                           f"{float(want[2]):.9g})")
+
+    return _case("first_divergent_layer", title, [call], judge, part=part)
+
+
+def divergence_errors_case() -> Case:
+    a = Instance(PROBES + "divergence_model", kwargs={"seed": 11})
+    b = Instance(PROBES + "divergence_model", kwargs={"seed": 11, "num_layers": 3})
+    call = Call("first_divergent_layer", (a, b, DIVERGENCE_IDS), steps=(Step("", attribute=True),))
+
+    def judge(j: Judge) -> None:
+        o = j.outcomes[0]
+        j.require(o.kind == "error" and o.error_type == "ValueError",
+                  f"models with 4 and 3 blocks: {'raised ' + o.error_line() if o.kind == 'error' else 'nothing was raised'}"
+                  "; expected ValueError", hint=HINTS["no_count_check"])
+
+    return _case("first_divergent_layer", "ValueError when the models have different numbers of blocks", [call],
+                 judge, part="edges")
+
+
+# ---------------------------------------------------------------------------------------------
+# attention_rollout
+# ---------------------------------------------------------------------------------------------
+def rollout_oracle(attentions: list[torch.Tensor]) -> torch.Tensor:
+    """Â_L · … · Â_1 (float64), with Â = rows-normalised (0.5·mean_h A + 0.5·I), by torch.linalg.multi_dot
+    per batch element."""
+    mats = []
+    for a in attentions:
+        m = a.double().mean(dim=1)
+        m = 0.5 * m + 0.5 * torch.eye(m.size(-1), dtype=torch.float64)
+        mats.append(m / m.sum(-1, keepdim=True))
+    b = mats[0].size(0)
+    return torch.stack([torch.linalg.multi_dot([m[i] for m in reversed(mats)]) if len(mats) > 1 else mats[0][i]
+                        for i in range(b)])
+
+
+def rollout_case(seed: int, layers: int, b: int, h: int, t: int, dtype: torch.dtype) -> Case:
+    g = torch.Generator().manual_seed(seed)
+    atts = [torch.softmax(torch.randn(b, h, t, t, generator=g, dtype=torch.float64) * 2, dim=-1).to(dtype)
+            for _ in range(layers)]
+    want = rollout_oracle(atts)
+
+    def judge(j: Judge) -> None:
+        got = j.tensor(shape=(b, t, t), dtype=dtype)
+        j.close(got, want, oracle="Â_L···Â_1", tol_dtype=dtype,
+                **({"atol": 1e-12, "rtol": 1e-9} if dtype == torch.float64 else {}))
+
+    return _case("attention_rollout", f"L = {layers} layers of (B, H, T, T) = ({b}, {h}, {t}, {t}) {_fmt_dtype(dtype)}",
+                 [Call("attention_rollout", (atts,))], judge, seed=seed)
+
+
+def rollout_empty_case() -> Case:
+    def judge(j: Judge) -> None:
+        o = j.outcomes[0]
+        j.require(o.kind == "error" and o.error_type == "ValueError",
+                  f"an empty list: {'raised ' + o.error_line() if o.kind == 'error' else 'nothing was raised'}; "
+                  "expected ValueError", hint="check `if not attentions: raise ValueError(...)` first")
+
+    return _case("attention_rollout", "ValueError for an empty list", [Call("attention_rollout", ([],))], judge)
+
+
+# ---------------------------------------------------------------------------------------------
+def visible_cases(exercise: str) -> list[Case]:
+    if exercise == "load_decoder_weights":
+        return [decoder_case("tied", 1, torch.tensor([[3, 14, 15, 9, 26, 5], [2, 7, 1, 8, 28, 18]])),
+                decoder_case("untied", 2, torch.tensor([[1, 4, 1, 42, 13, 5, 6]])),
+                decoder_errors_case(), real_decoder_case()]
+    if exercise == "load_encoder_weights":
+        ids = torch.tensor([[2, 9, 33, 4, 17, 3, 1], [2, 44, 12, 3, 0, 0, 0]])
+        mask = torch.tensor([[1] * 7, [1, 1, 1, 1, 0, 0, 0]])
+        types = torch.tensor([[0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 0, 0, 0]])
+        return [encoder_case("small", 3, ids, mask, types),
+                encoder_case("square", 4, ids[:, :6], mask[:, :6], torch.zeros_like(ids[:, :6]), prefix="bert."),
+                encoder_errors_case(), real_encoder_case()]
+    if exercise == "mean_pool":
+        return [pool_case(31, 3, 6, 5, [6, 2, 4], torch.float64, torch.bool),
+                pool_case(32, 2, 5, 8, [3, 5], torch.float32, torch.int64),
+                pool_case(33, 2, 7, 4, [1, 7], torch.float16, torch.float32),
+                pool_errors_case()]
+    if exercise == "first_divergent_layer":
+        return [
+            divergence_case("a perturbed FFN at block 1 of 4 (both sequences differ from there on)", 1,
+                            {"bug": "ffn", "layer": 1, "size": 0.5}),
+            divergence_case("a wrong attention scale at block 2 of 4: only the SECOND sequence differs (the first "
+                            "repeats one token)", 2, {"bug": "scale", "layer": 2, "size": 1.0}),
+            divergence_case("two equal models: None", None, {}),
+            divergence_case("a perturbation that stays below atol = 1e-4: None", None,
+                            {"bug": "ffn", "layer": 0, "size": 1e-7}),
+            divergence_case("atol = 1e-7, block 3's output 2e-6 larger in relative terms (about 1e-5 absolute): "
+                            "only atol decides", 3, {"bug": "output_scale", "layer": 3, "size": 2e-6}, atol=1e-7),
+            divergence_case("NaN produced at block 2 (in model_b only; models in training mode; hooks, training "
+                            "flags and parameters left as they were)", 2, {"bug": "nan", "layer": 2, "training": True},
+                            model_a={"training": True}, part="edges", state=True),
+            divergence_case("NaN in BOTH models from block 1 on: NaN counts as a difference", 1,
+                            {"bug": "nan", "layer": 1}, model_a={"bug": "nan", "layer": 1}, part="edges"),
+            divergence_case("a bug in final_norm only (after the last block): None", None,
+                            {"bug": "final_norm", "size": 0.5}, part="edges", state=True),
+            divergence_case("a perturbed embedding: block 0", 0, {"bug": "embedding", "size": 0.5}, part="edges",
+                            state=True),
+            divergence_errors_case(),
+        ]
+    if exercise == "attention_rollout":
+        return [rollout_case(41, 3, 2, 4, 5, torch.float64), rollout_case(42, 2, 1, 3, 6, torch.float32),
+                rollout_case(43, 1, 2, 2, 4, torch.float64), rollout_empty_case()]
+    raise KeyError(exercise)

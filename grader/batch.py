@@ -139,11 +139,12 @@ def grade_batch(submissions: list[str], *, notebooks: list[str] | None = None, d
         def grade(s: str) -> dict:
             return grade_submission(s, notebooks=notebooks, device=device, limits=limits, seed=seed)
 
-        if len(submissions) == 1:
-            return [grade(submissions[0])]
         from . import fastpath, sandbox
 
+        # the zygotes import torch while this process draws the cases and runs the reference
         fastpath.prestart(min(jobs, len(submissions)), sandbox.choose())
+        if len(submissions) == 1:
+            return [grade(submissions[0])]
         with ThreadPoolExecutor(max_workers=jobs) as pool, _progress(len(submissions), quiet) as bar:
             futures = [pool.submit(grade, s) for s in submissions]
             rows = []

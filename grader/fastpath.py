@@ -144,14 +144,30 @@ class ForkedChild:
         return self.returncode
 
 
+_starting = [0]  # zygotes prestart() is starting now
+
+
 def _get() -> Zygote:
     try:
         return _free.get_nowait()
     except queue.Empty:
-        z = Zygote()
+        pass
+    while True:  # one on its way: starting another would only compete with it for the cores
         with _lock:
-            _all.append(z)
-        return z
+            if not _starting[0]:
+                break
+        try:
+            return _free.get(timeout=0.1)
+        except queue.Empty:
+            pass
+    try:
+        return _free.get_nowait()
+    except queue.Empty:
+        pass
+    z = Zygote()
+    with _lock:
+        _all.append(z)
+    return z
 
 
 def launch(job_dir: Path, spec: sandbox.Launch, channel: int, output: int,
@@ -188,13 +204,17 @@ def prestart(n: int, box: sandbox.Sandbox) -> None:
             z = Zygote()
         except (ZygoteError, OSError):
             return
+        finally:
+            with _lock:
+                _starting[0] -= 1
         with _lock:
             _all.append(z)
         _free.put(z)
 
     with _lock:
-        missing = n - len(_all)
-    for _ in range(max(0, missing)):
+        missing = max(0, n - len(_all) - _starting[0])
+        _starting[0] += missing
+    for _ in range(missing):
         threading.Thread(target=one, daemon=True).start()
 
 

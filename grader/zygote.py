@@ -59,6 +59,19 @@ def warm() -> None:
 
     import tfcourse.checks._calls  # noqa: F401
 
+    # What child.py's reset_numerics and the first backward import lazily (about 800 modules,
+    # 2.5 s: torch.set_default_device pulls in sympy): once here, not in every fork.
+    if hasattr(torch, "set_default_device"):
+        torch.set_default_device(None)
+    torch.use_deterministic_algorithms(False)
+    torch.set_float32_matmul_precision("highest")
+    torch.manual_seed(0)
+    x = torch.randn(3, requires_grad=True)
+    (x * x).sum().backward()
+    import gc
+
+    gc.collect()
+    gc.freeze()  # the forks' collections leave the zygote's objects (and their pages) alone
     leaked = [m for m in sys.modules if m.startswith("tfcourse.reference")]
     if leaked:
         raise SystemExit(f"tfcourse zygote: warm-up imported {leaked}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .cases import DEFAULT_SEED
@@ -45,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=int, default=d.output_kb, metavar="KIB",
                    help=f"learner output kept per notebook, KiB; the rest is discarded (default: {d.output_kb})")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded in parallel (default: 1)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="grade on a Dask distributed cluster (e.g. tcp://10.0.0.5:8786), one task per "
+                        "submission; default: this machine (see docs/scale.md)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"seed of the hidden cases (default: {DEFAULT_SEED})")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the JSON report")
     p.add_argument("--csv", type=Path, metavar="FILE", help="write a CSV gradebook: one row per submission")
@@ -70,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import report as rep
     from . import sandbox
+    from .batch import grade_batch
     from .course import CourseError, load_course
-    from .grading import grade_submission
 
     if args.sandbox:
         os.environ[sandbox.ENV_VAR] = args.sandbox
@@ -108,17 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     memory = args.memory if args.memory is not None else (0 if device.startswith("cuda") else Limits().memory_mb)
     limits = Limits(timeout=args.timeout, memory_mb=memory, output_kb=args.output)
 
-    def grade(s: str) -> dict:
-        return grade_submission(s, notebooks=notebooks, device=device, limits=limits, seed=args.seed)
-
-    if len(submissions) > 1:
-        from tqdm import tqdm
-
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            rows = list(tqdm(pool.map(grade, submissions), total=len(submissions), desc="grading",
-                             unit="submission", file=sys.stderr, disable=None))
-    else:
-        rows = [grade(submissions[0])]
+    rows = grade_batch(submissions, notebooks=notebooks, device=device, limits=limits, seed=args.seed,
+                       jobs=args.jobs, scheduler=args.scheduler, quiet=args.quiet)
     report = {"submissions": rows, "seed": args.seed, "device": device, "sandbox": isolation.mode,
               "limits": {"timeout_s": limits.timeout, "memory_mb": limits.memory_mb, "output_kb": limits.output_kb}}
 

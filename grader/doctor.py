@@ -123,6 +123,12 @@ def report(device: str = "cpu") -> tuple[list[str], bool]:
             add(False, "batch", f"a batch (or --strict) refuses to start: {sandbox.FIX}")
     if asked in ("auto", *sandbox.MODES):
         lines.append(f"  {'':<9} {sandbox.DESCRIPTIONS[asked if asked in sandbox.MODES else first]}")
+    if asked in ("auto", *sandbox.MODES) and (asked == "auto" or works[asked] is None):
+        from . import fastpath
+
+        mode = asked if asked in sandbox.MODES else first
+        fast = fastpath.status(sandbox.Sandbox(mode, requested=asked))
+        add(True if fast.startswith("on") else None, "fast path", fast)
     for good, text in _course():
         add(good, "course", text)
     lines += ["", "ready: a batch can be graded here as configured" if ok else

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,36 @@ def find_notebooks(submission: Path, course: dict[str, Notebook]) -> dict[str, P
     return found
 
 
+# A batch grades every submission on the same cases: they and the reference solution's outcomes
+# (trusted code, run in this process; about 7 s for the whole course on 2 cores) are computed once
+# per process. Nothing learner code returns is kept here.
+_CASES: dict[tuple[str, str, int], list[Case]] = {}
+_EXPECTED: dict[int, tuple[Case, Any]] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _cases(nb: Notebook, exercise: str, seed: int) -> list[Case]:
+    key = (nb.name, exercise, seed)
+    with _CACHE_LOCK:
+        found = _CASES.get(key)
+    if found is None:
+        found = nb.cases_module().cases(exercise, seed)
+        with _CACHE_LOCK:
+            found = _CASES.setdefault(key, found)
+    return found
+
+
+def _reference_outcomes(notebook: str, case: Case):
+    with _CACHE_LOCK:
+        hit = _EXPECTED.get(id(case))
+    if hit is not None and hit[0] is case:
+        return hit[1]
+    outcomes = reference_outcomes(notebook, case)
+    with _CACHE_LOCK:
+        _EXPECTED[id(case)] = (case, outcomes)  # keeps the case alive: its id stays its own
+    return outcomes
+
+
 def _exercise(name: str, status: str, points: float, feedback: str, score: float = 0.0, **extra) -> dict:
     return {"exercise": name, "status": status, "score": score, "max_score": points, "feedback": feedback, **extra}
 
@@ -151,7 +182,7 @@ def _judge_run(nb: Notebook, ex: Exercise, run: ExerciseRun, cases: list[Case],
         if case.part not in part_ok:
             raise CourseError(f"{nb.name}: a case of {name} is scored by test cell "
                               f"{test_cell_id(name, case.part)}, which solutions/{nb.name}.ipynb lacks")
-        expected = reference_outcomes(nb.name, case) if case.reference else None
+        expected = _reference_outcomes(nb.name, case) if case.reference else None
         result = judge_case(case, outcomes, expected, device)
         part_ok[case.part].append(result.status == "passed")
         if result.status == "passed":
@@ -276,8 +307,7 @@ def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limi
             if ex.name in redefined:
                 cell.notes.append(f"graded the `{ex.name}` that a cell you added defines after the exercise's cell")
     if to_run:
-        module = nb.cases_module()
-        cases = {name: module.cases(name, seed) for name in to_run}
+        cases = {name: _cases(nb, name, seed) for name in to_run}
         run = run_notebook(nb.name, nb.setup, all_cells, cases, device=device, limits=limits, seed=seed, then=then)
         result["output"] = run.output
         skipped = [g for g in all_cells if g.startswith("added-") and g in run.skipped_cells]

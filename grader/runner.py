@@ -33,7 +33,7 @@ import tfcourse
 from tfcourse.checks._calls import Outcome, call_to_json, outcome_from_json
 from tfcourse.checks._core import Case
 
-from . import sandbox
+from . import fastpath, sandbox
 from .names import module_name
 
 CHILD = Path(__file__).with_name("child.py")
@@ -336,12 +336,26 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
     ready, the whole child never gets more than that for ``steps`` steps (plus one), so progress
     lines forged by learner code cannot keep it running."""
     read_end, write_end = os.pipe()
-    spec = sandbox.launch(box, job_dir, [str(write_end)], device=device, scratch_mb=limits.file_mb)
-    try:
-        proc = subprocess.Popen(spec.argv, cwd=spec.cwd, env=spec.env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                pass_fds=(write_end,))
-    finally:
+    proc = None
+    if fastpath.enabled(box):  # a fork of a warm zygote, in the same sandbox (grader/fastpath.py)
+        spec = sandbox.launch(box, job_dir, ["3"], device=device, scratch_mb=limits.file_mb)
+        out_read, out_write = os.pipe()
+        try:
+            proc = fastpath.launch(job_dir, spec, write_end, out_write, device=device, scratch_mb=limits.file_mb)
+            proc.stdout = os.fdopen(out_read, "rb")
+        except fastpath.ZygoteError:
+            os.close(out_read)
+        finally:
+            os.close(out_write)
+    if proc is None:
+        spec = sandbox.launch(box, job_dir, [str(write_end)], device=device, scratch_mb=limits.file_mb)
+        try:
+            proc = subprocess.Popen(spec.argv, cwd=spec.cwd, env=spec.env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                    pass_fds=(write_end,))
+        finally:
+            os.close(write_end)
+    else:
         os.close(write_end)
     channel = _Channel(read_end)
     channel.start()
@@ -387,6 +401,8 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
                 break
         time.sleep(POLL)
     sandbox.kill_tree(proc, watch)
+    if isinstance(proc, fastpath.ForkedChild):
+        fastpath.release(proc)
     drain.join(timeout=2 if box.pid_namespace else 5)
     channel.join(timeout=2 if box.pid_namespace else 5)
     output += drain.kept

@@ -1,0 +1,239 @@
+"""The fast path's warm worker: imports torch and the course's public checks once, then starts
+each notebook's child as a fork of itself, inside a fresh unshare sandbox made by the fork.
+
+Started by ``grader.fastpath`` as ``python -I zygote.py CONTROL_FD JOBS_FOLDER`` (a fresh interpreter, never a
+fork of the grading process: it holds no reference solution, no hidden case, no other learner's
+work). It never runs learner code itself. Per job it receives, on the control socket, one JSON
+line (the job folder, the unshare view's spec, the child's environment) and two file
+descriptors (the results channel and the output pipe), and forks:
+
+* A (the fork): its own session (the grading process kills its process group), every other file
+  descriptor closed, then new user, mount, network, PID, IPC and UTS namespaces; it forks B, waits
+  for it and exits with its status (dies by the same signal), like ``unshare --fork --kill-child``.
+* B (PID 1 of the new PID namespace, killed when A dies): a fresh /proc, host name ``grader``,
+  then exactly the unshare sandbox's view (``grader.sandbox.VIEW_SCRIPT``: everything but the
+  system, the Python installation and its own job folder covered, all read-only, scratch tmpfs,
+  capability bounding set dropped, no_new_privs), then every capability cleared (B does not exec,
+  so the bounding set alone would not take them), then ``child.main`` of the job's own child.py,
+  as the cold path's child would run it.
+
+The zygote answers ``pid N`` once A exists and ``exit STATUS`` once it is reaped (STATUS as
+Popen.returncode: -signal or the exit code), and exits when the grading process closes the
+socket (then it kills a child still running). It refuses to fork (``refused REASON``) with more
+than one thread (an OpenMP pool would be broken in the fork) or with a writable shared mapping
+(a fork would share it with the next one).
+"""
+
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import sys
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+PR_SET_PDEATHSIG = 1
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        e = ctypes.get_errno()
+        sys.stderr.write(f"tfcourse zygote: {what}: {os.strerror(e)}\n")
+        sys.stderr.flush()
+        os._exit(125)
+
+
+def warm() -> None:
+    """What every child imports before learner code: torch (single-threaded) and the public
+    checks. Never a reference module (asserted)."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    import safetensors.torch  # noqa: F401
+
+    import tfcourse.checks._calls  # noqa: F401
+
+    # What child.py's reset_numerics and the first backward import lazily (about 800 modules,
+    # 2.5 s: torch.set_default_device pulls in sympy): once here, not in every fork.
+    if hasattr(torch, "set_default_device"):
+        torch.set_default_device(None)
+    torch.use_deterministic_algorithms(False)
+    torch.set_float32_matmul_precision("highest")
+    torch.manual_seed(0)
+    x = torch.randn(3, requires_grad=True)
+    (x * x).sum().backward()
+    import gc
+
+    gc.collect()
+    gc.freeze()  # the forks' collections leave the zygote's objects (and their pages) alone
+    leaked = [m for m in sys.modules if m.startswith("tfcourse.reference")]
+    if leaked:
+        raise SystemExit(f"tfcourse zygote: warm-up imported {leaked}")
+
+
+def unsafe_to_fork() -> str:
+    """Why forking now would not give an independent child ("" when it would)."""
+    threads = len(os.listdir("/proc/self/task"))
+    if threads != 1:
+        return f"{threads} threads are running in the zygote"
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            perms = line.split()[1]
+            if perms[1] == "w" and perms[3] == "s":
+                return f"writable shared mapping: {line.strip()[:120]}"
+    return ""
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def _drop_capabilities() -> None:
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2: all empty
+    _check(libc.syscall(126, ctypes.byref(header), ctypes.byref(data)) == 0, "capset")  # SYS_capset
+
+
+def _pid1(job: dict, channel: int) -> None:
+    """B: finish the sandbox, then run the job's child (never returns)."""
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _check(libc.mount(b"none", b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) == 0, "private mounts")
+    _check(libc.mount(b"proc", b"/proc", b"proc", ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC), None) == 0,
+           "mount /proc")
+    _check(libc.sethostname(b"grader", 6) == 0, "sethostname")
+    view = job["view_script"].replace("os.execv(program[0], program)", "")
+    sys.argv = ["view", json.dumps(job["spec"])]
+    exec(compile(view, "<tfcourse unshare view>", "exec"), {"__name__": "view"})
+    _drop_capabilities()
+    sys.argv = [os.path.join(job["job"], "child.py"), job["job"], str(channel)]  # as the cold child's
+    os.environ.clear()
+    os.environ.update(job["env"])
+    # The course's modules come from the job's copy from now on (the installed package is covered).
+    lib = os.path.join(job["job"], "lib")
+    def under(p: str, roots: list) -> bool:
+        return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
+
+    sys.path[:] = [p for p in sys.path if under(p, job["spec"]["keep"]) or not under(p, job["hidden"])]
+    for name, module in list(sys.modules.items()):
+        if name == "tfcourse" or name.startswith("tfcourse."):
+            if getattr(module, "__path__", None) is not None:
+                module.__path__ = [os.path.join(lib, *name.split("."))]
+    sys.path_importer_cache.clear()
+    import importlib
+
+    importlib.invalidate_caches()
+    code = 125
+    try:
+        with open(os.path.join(job["job"], "child.py"), encoding="utf-8") as fh:
+            source = fh.read()
+        namespace = {"__name__": "tfcourse_child", "__file__": os.path.join(job["job"], "child.py")}
+        exec(compile(source, namespace["__file__"], "exec"), namespace)
+        code = namespace["main"](job["job"], channel)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:  # noqa: BLE001 - learner code may have replaced or closed them
+            pass
+        namespace["_kill_descendants"]()
+    except BaseException as exc:  # noqa: BLE001
+        os.write(2, f"tfcourse zygote: {type(exc).__name__}: {exc}\n".encode())
+    os._exit(code if isinstance(code, int) else 125)
+
+
+def _fork_a(job: dict, channel: int, output: int) -> None:
+    """A: isolate, fork B, wait for it (never returns)."""
+    try:
+        os.setsid()
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.dup2(channel, 3)
+        os.closerange(4, 1 << 16)
+        channel = 3
+        uid, gid = os.getuid(), os.getgid()
+        flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
+        _check(libc.unshare(flags) == 0, "unshare")
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"0 {uid} 1")
+        _write("/proc/self/gid_map", f"0 {gid} 1")
+        pid = os.fork()
+        if pid == 0:
+            _pid1(job, channel)
+        os.close(channel)
+        os.close(1)
+        os.close(2)
+        _, status = os.waitpid(pid, 0)
+    except BaseException as exc:  # noqa: BLE001
+        os.write(2, f"tfcourse zygote: {type(exc).__name__}: {exc}\n".encode())
+        os._exit(125)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 125)
+
+
+def serve(control: socket.socket) -> None:
+    while True:
+        try:
+            line, fds, _, _ = socket.recv_fds(control, 1 << 20, 2)
+        except OSError:
+            return
+        if not line:
+            return
+        job = json.loads(line)
+        why = unsafe_to_fork()
+        if why or len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            control.sendall(f"refused {why or 'expected two file descriptors'}\n".encode())
+            continue
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _fork_a(job, *fds)
+        for fd in fds:
+            os.close(fd)
+        control.sendall(f"pid {pid}\n".encode())
+        while True:  # reap A; if the grading process goes away, A goes too
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                control.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
+                break
+            ready, _, _ = select.select([control], [], [], 0.02)
+            if ready and not control.recv(1, socket.MSG_PEEK):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return
+
+
+def main() -> int:
+    control = socket.socket(fileno=int(sys.argv[1]))
+    try:
+        warm()
+    except BaseException as exc:  # noqa: BLE001
+        control.sendall(f"failed {type(exc).__name__}: {str(exc)[:300]}\n".encode())
+        return 1
+    why = unsafe_to_fork()
+    control.sendall((f"failed {why}\n" if why else "ready\n").encode())
+    if why:
+        return 1
+    serve(control)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""Grading at scale (issue 14): the fast path, --jobs, and a local Dask cluster, side by side.
+
+    python tests/benchmarks/scale.py                 # default: about 10 minutes on 2 cores
+    python tests/benchmarks/scale.py --repeats 3 --class-size 32 --nbgrader
+
+Three tables, every command timed as a whole (wall clock), in one run, alternating:
+
+1. One full course submission (every notebook, the reference code in each solution cell):
+   ``python -m grader SUB`` with the fast path (``--sandbox unshare``: warm zygote, a fork per
+   notebook), the cold path in the same sandbox (``TFCOURSE_FAST=0``: a fresh interpreter that
+   imports torch per notebook), the cold path in bubblewrap (the default sandbox where it works),
+   and with ``--nbgrader`` ``nbgrader autograde`` of the same notebooks (one assignment per
+   notebook, run one after another, in a temporary course built as in grader_vs_nbgrader.py).
+2. A class of ``--class-size`` copies of the notebook-01 submission, ``--notebooks 01_attention``:
+   ``--jobs 2`` vs ``--jobs 1`` (fast path).
+3. The same class through a Dask cluster started here (``dask scheduler`` + 2 ``dask worker``
+   processes with one thread each, on 127.0.0.1; started once, untimed) vs the local pool
+   ``--jobs 2``.
+
+Every timed run must give full marks to every submission, or the script stops. Each table gives
+medians, min–max and the ratios of medians; the machine's load average before each table (the
+figures are noisy on a shared machine). This is a script, not a test: it asserts no timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+import grader_vs_nbgrader as gvn  # noqa: E402
+
+SOLUTIONS = ROOT / "solutions"
+NBG = "`nbgrader autograde`, one assignment per notebook, one after another"
+
+
+def load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def timed(cmd: list[str], env: dict[str, str], report: Path | None = None, cwd: Path = ROOT) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{(proc.stdout + proc.stderr)[-4000:]}")
+    if report is not None:
+        rows = json.loads(report.read_text())["submissions"]
+        bad = [r["submission"] for r in rows if r["score"] != r["max_score"]]
+        if bad:
+            sys.exit(f"{' '.join(cmd[:4])}: not full marks for {bad[:3]}: not timing a wrong result")
+    return seconds
+
+
+def table(title: str, times: dict[str, list[float]], base: str) -> None:
+    print(f"\n{title}\n\n| command | median (s) | min–max (s) | ratio to `{base}` |\n|---|---:|---:|---:|")
+    ref = statistics.median(times[base])
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"| {name} | {med:.1f} | {min(ts):.1f}–{max(ts):.1f} | {med / ref:.2f} |")
+
+
+def alternate(commands: dict[str, tuple[list[str], dict[str, str], Path | None]], repeats: int,
+              warm_up: bool = True) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {n: [] for n in commands}
+    order = list(commands)
+    for rep in range(repeats + (1 if warm_up else 0)):
+        for name in (order if rep % 2 else order[::-1]):
+            cmd, env, report = commands[name]
+            t = timed(cmd, env, report)
+            if rep or not warm_up:
+                times[name].append(t)
+            print(f"  {'warm-up' if warm_up and rep == 0 else 'run'}: {name}: {t:.1f} s (load {load()})",
+                  file=sys.stderr)
+    return times
+
+
+def nbgrader_full(tmp: Path, notebooks: list[str]) -> tuple[list[list[str]], Path, dict[str, str]]:
+    """A temporary nbgrader course with every notebook as an assignment and one correct
+    submission; returns the autograde commands (one per notebook), the course, its env."""
+    env = gvn.environment(tmp)
+    course = tmp / "course"
+    nbg = [sys.executable, "-m", "nbgrader"]
+    (course / "source").mkdir(parents=True)
+    shutil.copy(gvn.CONFIG, course / "nbgrader_config.py")
+    cmds = []
+    for name in notebooks:
+        (course / "source" / name).mkdir()
+        shutil.copy(SOLUTIONS / f"{name}.ipynb", course / "source" / name)
+        gvn.run([*nbg, "generate_assignment", name], course, env)
+        released = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
+        correct = gvn.filled_in(released, nbformat.read(SOLUTIONS / f"{name}.ipynb", as_version=4))
+        folder = course / "submitted" / "student" / name
+        folder.mkdir(parents=True)
+        nbformat.write(correct, folder / f"{name}.ipynb")
+        cmds.append([*nbg, "autograde", name, "--student", "student", "--force"])
+    return cmds, course, env
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--repeats", type=int, default=2, help="timed runs of each command (default: 2)")
+    p.add_argument("--class-size", type=int, default=32, help="submissions in tables 2 and 3 (default: 32)")
+    p.add_argument("--tables", default="123",
+                   help="which tables to run: 1, 2, 3 (default: 123); n: only the nbgrader row of table 1")
+    p.add_argument("--nbgrader", action="store_true",
+                   help="add nbgrader autograde of the full submission to table 1 (several minutes)")
+    args = p.parse_args(argv)
+    py = [sys.executable, "-m", "grader"]
+    notebooks = sorted(p.stem for p in SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
+    tmp = Path(tempfile.mkdtemp(prefix="scale-bench-"))
+    procs: list[subprocess.Popen] = []
+    try:
+        full = tmp / "full"
+        full.mkdir()
+        for n in notebooks:
+            shutil.copy(SOLUTIONS / f"{n}.ipynb", full)
+        report = tmp / "report.json"
+        base = {**os.environ}
+        fast = {**base, "TFCOURSE_SANDBOX": "unshare"}
+        cold = {**fast, "TFCOURSE_FAST": "0"}
+        bwrap = {**base, "TFCOURSE_SANDBOX": "bwrap"}
+        one = [*py, str(full), "--quiet", "--json", str(report)]
+        print(f"Machine: {gvn.machine()}")
+        print(f"\nload average before table 1: {load()}")
+        commands = {"fast path (unshare, warm zygote)": (one, fast, report),
+                    "cold path (unshare)": (one, cold, report),
+                    "cold path (bwrap, the default sandbox)": (one, bwrap, report)}
+        times = alternate(commands, args.repeats) if "1" in args.tables else {}
+        if args.nbgrader or "n" in args.tables:
+            cmds, course, env = nbgrader_full(tmp / "nbg", notebooks)
+            times[NBG] = []
+            for _ in range(args.repeats):
+                start = time.perf_counter()
+                for c in cmds:
+                    gvn.run(c, course, env)
+                times[NBG].append(time.perf_counter() - start)
+                score = sum(_nbgrader_score(course, n) for n in notebooks)
+                print(f"  run: nbgrader: {times[NBG][-1]:.1f} s, "
+                      f"score {score}", file=sys.stderr)
+        if times:
+            table(f"Table 1: one full submission ({len(notebooks)} notebooks), {args.repeats} timed runs after a "
+              "warm-up", times, next(iter(times)))
+        if "2" not in args.tables and "3" not in args.tables:
+            return 0
+
+        klass = tmp / "class"
+        for i in range(args.class_size):
+            (klass / f"s{i:03d}").mkdir(parents=True)
+            shutil.copy(SOLUTIONS / "01_attention.ipynb", klass / f"s{i:03d}")
+        subs = sorted(str(s) for s in klass.iterdir())
+        batch = [*py, *subs, "--notebooks", "01_attention", "--quiet", "--json", str(report)]
+        print(f"\nload average before table 2: {load()}")
+        times = {} if "2" not in args.tables else alternate({"--jobs 1": ([*batch, "--jobs", "1"], fast, report),
+                           "--jobs 2": ([*batch, "--jobs", "2"], fast, report)}, args.repeats, warm_up=False)
+        if times:
+            table(f"Table 2: {args.class_size} notebook-01 submissions, fast path", times, "--jobs 1")
+
+        sched_file = tmp / "scheduler.json"
+        dask = str(Path(sys.executable).parent / "dask")
+        procs.append(subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                                       "--scheduler-file", str(sched_file)], env=fast, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, start_new_session=True))
+        while not sched_file.exists():
+            time.sleep(0.2)
+        address = json.loads(sched_file.read_text())["address"]
+        for _ in range(2):
+            procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--host", "127.0.0.1",
+                                           "--no-dashboard"], env=fast, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, start_new_session=True))
+        from distributed import Client
+
+        with Client(address, timeout="120s") as c:
+            c.wait_for_workers(2, timeout=300)
+        print(f"\nload average before table 3: {load()}")
+        times = alternate({"local pool, --jobs 2": ([*batch, "--jobs", "2"], fast, report),
+                           "Dask, 2 local workers": ([*batch, "--scheduler", address], fast, report)},
+                          args.repeats)
+        table(f"Table 3: {args.class_size} notebook-01 submissions, local pool vs a Dask cluster on this "
+              "machine (scheduler + 2 workers, started before, untimed; the first Dask run starts the "
+              "workers' zygotes and is the warm-up)", times, "local pool, --jobs 2")
+        print(f"\nload average at the end: {load()}")
+        return 0
+    finally:
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _nbgrader_score(course: Path, assignment: str) -> float:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "tfcourse") as gb:
+        return gb.find_submission(assignment, "student").score
+
+
+if __name__ == "__main__":
+    sys.exit(main())

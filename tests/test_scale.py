@@ -1,0 +1,236 @@
+"""Grading at scale (issue 14): the fast path (warm zygotes, grader/fastpath.py) and batches on a
+Dask cluster (grader/batch.py).
+
+The cluster is real: a scheduler and two workers started as separate processes on 127.0.0.1
+(``dask scheduler`` / ``dask worker``), with ``allowed-failures`` 1 so that a submission that kills
+its worker twice is given up. Every test grades notebook 01 only (CI time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from grader import sandbox
+from grader.build import NOTEBOOKS, ROOT, SOLUTIONS
+from grader.runner import Limits
+from tests.adversarial import ATTACKS, EXERCISES, NOTEBOOK
+from tests.test_adversarial import build_submission
+
+distributed = pytest.importorskip("distributed")
+
+LIMITS = Limits(timeout=5, memory_mb=1536)
+HOSTILE = ("segfault", "patch_torch", "forge_channel", "peek", "background_process")
+CRASHER = "crasher"
+
+
+def _unshare() -> str:
+    why = sandbox._works("unshare")
+    if why is not None:
+        pytest.skip(f"the fast path needs the unshare sandbox: {why}")
+    return "unshare"
+
+
+@pytest.fixture(scope="module")
+def mode(monkeypatch_module) -> str:
+    """The sandbox of these tests: unshare (the fast path's), asked for by name."""
+    m = _unshare()
+    monkeypatch_module.setenv(sandbox.ENV_VAR, m)
+    return m
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def klass(tmp_path_factory) -> list[str]:
+    """A small class: a full submission, a partial one (the learner notebook, nothing done), a
+    few hostile ones, and one that crashes the worker that grades it."""
+    base = tmp_path_factory.mktemp("class")
+    full, partial, crasher = base / "full", base / "partial", base / CRASHER
+    for d, src in ((full, SOLUTIONS), (partial, NOTEBOOKS), (crasher, SOLUTIONS)):
+        d.mkdir()
+        shutil.copy(src / f"{NOTEBOOK}.ipynb", d)
+    ctx = {"SLEEP": "100000.5", "PORT": "9", "ROOT": str(ROOT), "LIBRARY": str(ROOT / "tfcourse"),
+           "SUBMISSIONS": str(base), "REPORT": str(base / "report.json"), "SECRET": "secret-scale"}
+    hostile = [build_submission(a, base / "hostile", ctx) for a in ATTACKS if a.name in HOSTILE]
+    return [str(full), str(partial), *map(str, hostile), str(crasher)]
+
+
+def _start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, mode):
+    """scheduler + 2 workers (1 thread each, with a nanny that restarts a dead worker)."""
+    folder = tmp_path_factory.mktemp("dask")
+    sched_file = folder / "scheduler.json"
+    bindir = Path(sys.executable).parent
+    env = {**os.environ, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1",
+           "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": "1.0", "TFCOURSE_TEST_CRASH_WORKER": CRASHER}
+    procs = [_start([str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                     "--no-dashboard", "--scheduler-file", str(sched_file)], env)]
+    try:
+        deadline = time.monotonic() + 120
+        while not sched_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for _ in range(2):
+            procs.append(_start([str(bindir / "dask"), "worker", "--scheduler-file", str(sched_file),
+                                 "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard"], env))
+        client = distributed.Client(scheduler_file=str(sched_file), timeout="120s")
+        client.wait_for_workers(2, timeout=180)
+        yield client
+        client.close()
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(timeout=30)
+
+
+def _grade(subs, **kw):
+    from grader.batch import grade_batch
+
+    return grade_batch(subs, notebooks=[NOTEBOOK], limits=LIMITS, quiet=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def local_rows(klass, mode):
+    """The class graded here (fast path), without the crasher."""
+    return _grade(klass[:-1], jobs=2)
+
+
+def _statuses(row: dict) -> dict[str, str]:
+    return {e["exercise"]: e["status"] for nb in row["notebooks"] for e in nb["exercises"]}
+
+
+def test_local_class_is_graded_as_expected(local_rows):
+    full, partial, *hostile = local_rows
+    assert full["score"] == full["max_score"] > 0
+    assert set(_statuses(partial).values()) == {"not_attempted"}
+    assert all(r["sandbox"] == "unshare" for r in local_rows)
+    attacks = {a.name: a for a in ATTACKS}
+    for row in hostile:  # the verdicts the adversarial suite expects
+        attack = attacks[Path(row["submission"]).name]
+        assert _statuses(row) == {e: attack.expect.get(e, "passed") for e in EXERCISES}, row["submission"]
+
+
+def _same(rows) -> str:
+    """The rows as JSON, the random names of job folders (in a peek's output) left out."""
+    return re.sub(r"tfcourse-grade-\w+", "tfcourse-grade-*", json.dumps(rows, sort_keys=True))
+
+
+def test_cluster_gives_the_same_rows_as_the_local_run(cluster, klass, local_rows):
+    rows = _grade(klass[:-1], scheduler=cluster)
+    assert _same(rows) == _same(local_rows)
+    assert "dask-scratch-space" not in json.dumps(rows)  # the worker's own files stay hidden
+
+
+def test_submission_that_crashes_its_worker_twice_gets_an_error_row(cluster, klass, local_rows):
+    rows = _grade([klass[0], klass[-1]], scheduler=cluster)
+    assert _same(rows[0]) == _same(local_rows[0])
+    assert rows[1]["submission"] == klass[-1]
+    statuses = set(_statuses(rows[1]).values())
+    assert statuses == {"error"}, statuses
+    assert "killing the cluster's workers" in rows[1]["notebooks"][0]["exercises"][0]["feedback"]
+    cluster.wait_for_workers(2, timeout=180)  # the nannies brought them back
+
+
+def test_killing_a_worker_mid_batch_still_gives_every_submission_a_row(cluster, klass, local_rows):
+    subs = [klass[0], klass[1]] * 3
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(rows=_grade(subs, scheduler=cluster)))
+    thread.start()
+    killed = None
+    deadline = time.monotonic() + 300
+    while killed is None and thread.is_alive() and time.monotonic() < deadline:
+        busy = [w for w, keys in cluster.processing().items() if keys]
+        if busy:
+            pid = cluster.run(os.getpid, workers=[busy[0]])[busy[0]]
+            os.kill(pid, signal.SIGKILL)
+            killed = busy[0]
+        time.sleep(0.1)
+    thread.join(timeout=600)
+    assert killed is not None, "no worker was busy: the batch ended before one could be killed"
+    rows = result["rows"]
+    assert [r["submission"] for r in rows] == subs
+    assert _same(rows) == _same([local_rows[0], local_rows[1]] * 3)
+    cluster.wait_for_workers(2, timeout=180)
+
+
+def test_cli_scheduler_option_writes_the_same_report(cluster, klass, local_rows, tmp_path):
+    report = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "grader", *klass[:2], "--notebooks", NOTEBOOK, "--timeout", "5", "--memory",
+           "1536", "--scheduler", cluster.scheduler.address, "--json", str(report), "--quiet"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _same(json.loads(report.read_text())["submissions"]) == _same(local_rows[:2])
+
+
+# ---------------------------------------------------------------------------------------------
+# the fast path itself
+# ---------------------------------------------------------------------------------------------
+def test_fast_and_cold_paths_give_the_same_rows(klass, local_rows, monkeypatch):
+    monkeypatch.setenv("TFCOURSE_FAST", "0")
+    cold = _grade(klass[:4], jobs=2)
+    assert _same(cold) == _same(local_rows[:4])
+
+
+def test_a_hostile_notebook_does_not_change_the_next_one_graded_by_the_same_zygote(klass, local_rows, mode):
+    # --jobs 1: one zygote grades the hostile notebooks, then the full one
+    rows = _grade([*klass[2:-1], klass[0]], jobs=1)
+    assert _same(rows[-1]) == _same(local_rows[0])
+
+
+def test_zygote_refuses_to_fork_with_threads_or_shared_memory():
+    code = ("import sys, threading, mmap; sys.path.insert(0, 'grader'); import zygote;"
+            "assert zygote.unsafe_to_fork() == '', zygote.unsafe_to_fork();"
+            "m = mmap.mmap(-1, 4096); assert 'shared' in zygote.unsafe_to_fork(); m.close();"
+            "e = threading.Event(); t = threading.Thread(target=e.wait); t.start();"
+            "assert 'threads' in zygote.unsafe_to_fork(); e.set(); t.join(); print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_fork_sees_the_unshare_view_and_no_reference(mode, tmp_path):
+    """The forked child's view: the graded notebook's reference module is not importable, the
+    checkout is covered, it is PID 1 of its own namespace and has no capabilities."""
+    from grader import runner
+    from grader.course import load_course
+
+    nb = load_course()[NOTEBOOK]
+    probe = ("import os\n"
+             "def softmax(x, dim=-1):\n"
+             "    import importlib, torch\n"
+             "    p = {!r}\n"
+             "    facts = [os.getpid() == 1, not os.path.isdir(p) or not os.listdir(p)]\n"
+             "    try:\n"
+             "        importlib.import_module('tfcourse.reference.nb01_attention'); facts.append(False)\n"
+             "    except ImportError:\n"
+             "        facts.append(True)\n"
+             "    caps = [l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1]\n"
+             "    facts.append(int(caps, 16) == 0)\n"
+             "    print('FACTS', facts, flush=True)\n"
+             "    return torch.softmax(x, dim)\n").format(str(ROOT / "solutions"))
+    run = runner.run_notebook(NOTEBOOK, nb.setup, {"softmax": probe},
+                              {"softmax": nb.cases_module().cases("softmax", 0)[:1]},
+                              device="cpu", limits=LIMITS, seed=0)
+    assert "FACTS [True, True, True, True]" in run.output, run.output[-2000:]

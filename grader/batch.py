@@ -20,7 +20,9 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import as_completed as as_completed_here
 from pathlib import Path
 from typing import Any
 
@@ -129,9 +131,16 @@ def grade_packed(submission: str, packed: dict[str, Any], options: dict[str, Any
 
 def grade_batch(submissions: list[str], *, notebooks: list[str] | None = None, device: str = "cpu",
                 limits: Limits | None = None, seed: int = DEFAULT_SEED, jobs: int = 1,
-                scheduler: str | None = None, quiet: bool = False, retries: int = 1) -> list[dict[str, Any]]:
+                scheduler: str | None = None, quiet: bool = False, retries: int = 1,
+                on_row: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """One row per submission, in order. ``scheduler``: a Dask scheduler's address (or a
-    ``distributed.Client``); None grades here with ``jobs`` submissions at a time."""
+    ``distributed.Client``); None grades here with ``jobs`` submissions at a time.
+
+    ``on_row(index, row)``: called in this thread as soon as a submission's row is back (in the
+    order they finish), e.g. to save each one at once so that an interrupted batch keeps what it
+    finished. With it, a local grading that raises (other than a ``SandboxError``) gets an
+    ``error`` row, as on a cluster, and an exception from ``on_row`` itself (or Ctrl-C) cancels
+    the submissions not started yet and propagates."""
     from .grading import grade_submission
 
     limits = limits or Limits()
@@ -143,6 +152,8 @@ def grade_batch(submissions: list[str], *, notebooks: list[str] | None = None, d
 
         # the zygotes import torch while this process draws the cases and runs the reference
         fastpath.prestart(min(jobs, len(submissions)), sandbox.choose())
+        if on_row is not None:
+            return _grade_here_each(submissions, grade, notebooks, jobs, quiet, on_row)
         if len(submissions) == 1:
             return [grade(submissions[0])]
         with ThreadPoolExecutor(max_workers=jobs) as pool, _progress(len(submissions), quiet) as bar:
@@ -153,11 +164,43 @@ def grade_batch(submissions: list[str], *, notebooks: list[str] | None = None, d
                 bar.update(1)
             return rows
     return _grade_on_cluster(submissions, scheduler, notebooks=notebooks, device=device, limits=limits,
-                             seed=seed, quiet=quiet, retries=retries)
+                             seed=seed, quiet=quiet, retries=retries, on_row=on_row)
+
+
+def _grade_here_each(submissions: list[str], grade: Callable[[str], dict], notebooks: list[str] | None,
+                     jobs: int, quiet: bool, on_row: Callable[[int, dict[str, Any]], None]) -> list[dict[str, Any]]:
+    """grade_batch on this machine with ``on_row``: rows handed over as they finish."""
+    from . import sandbox
+
+    def guarded(s: str) -> dict:
+        try:
+            return grade(s)
+        except sandbox.SandboxError:
+            raise
+        except Exception as exc:  # a bug met on this submission must not stop the others
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            return error_row(s, notebooks, f"the grader failed on this submission "
+                                           f"({type(exc).__name__}: {first}); please report it")
+
+    rows: list[dict[str, Any] | None] = [None] * len(submissions)
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
+        with _progress(len(submissions), quiet) as bar:
+            futures = {pool.submit(guarded, s): i for i, s in enumerate(submissions)}
+            for f in as_completed_here(futures):
+                i = futures[f]
+                rows[i] = f.result()
+                on_row(i, rows[i])
+                bar.update(1)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return rows  # type: ignore[return-value]
 
 
 def _grade_on_cluster(submissions: list[str], scheduler: Any, *, notebooks, device, limits: Limits, seed: int,
-                      quiet: bool, retries: int) -> list[dict[str, Any]]:
+                      quiet: bool, retries: int, on_row=None) -> list[dict[str, Any]]:
     from distributed import Client, as_completed
 
     from . import sandbox
@@ -183,6 +226,8 @@ def _grade_on_cluster(submissions: list[str], scheduler: Any, *, notebooks, devi
                     why = ("its grading kept killing the cluster's workers" if name == "KilledWorker"
                            else f"the grading failed on the cluster ({name}: {str(exc).strip()[:200]})")
                     rows[i] = error_row(submissions[i], notebooks, f"{why}; please report it")
+                if on_row is not None:
+                    on_row(i, rows[i])
                 bar.update(1)
         return rows  # type: ignore[return-value]
     finally:

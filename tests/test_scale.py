@@ -185,6 +185,46 @@ def test_cli_scheduler_option_writes_the_same_report(cluster, klass, local_rows,
     assert _same(json.loads(report.read_text())["submissions"]) == _same(local_rows[:2])
 
 
+
+def test_instructor_grade_on_the_cluster_writes_the_same_gradebook(cluster, mode, tmp_path, capsys,
+                                                                   monkeypatch):
+    """``python -m grader.instructor grade --scheduler``: the same scores per test cell in nbgrader's
+    gradebook as a local ``grade`` (a full and a partial student, notebook 01), each submission
+    saved as its row comes back, and a re-run on the cluster skips what is graded."""
+    import nbformat
+
+    from grader.instructor.__main__ import main
+    from tests.test_instructor import _cell_scores, _submit
+    from tests.test_nbgrader_roundtrip import INVERTED_MASK_SDPA, _with_cells
+
+    here = tmp_path / "here"
+    assert main(["init", str(here), "--assignments", NOTEBOOK]) == 0
+    released = nbformat.read(here / "release" / NOTEBOOK / f"{NOTEBOOK}.ipynb", as_version=4)
+    source = nbformat.read(here / "source" / NOTEBOOK / f"{NOTEBOOK}.ipynb", as_version=4)
+    _submit(here, "full", NOTEBOOK, _with_cells(released, source, {}))
+    _submit(here, "partial", NOTEBOOK,
+            _with_cells(released, source, {"scaled_dot_product_attention": INVERTED_MASK_SDPA}))
+    there = tmp_path / "there"
+    shutil.copytree(here, there)
+    limits = ["--timeout", "5", "--memory", "1536"]
+    assert main(["grade", str(here), "--jobs", "2", *limits]) == 0
+    capsys.readouterr()
+
+    def not_here(*args, **kwargs):
+        raise AssertionError("graded in the instructor's process, not on the cluster")
+
+    monkeypatch.setattr("grader.grading.grade_submission", not_here)
+    assert main(["grade", str(there), *limits, "--scheduler", cluster.scheduler.address]) == 0
+    out, err = capsys.readouterr()
+    assert "2 submission(s) to grade, 0 already graded" in out, (out, err)
+    assert out.count(f"graded full/{NOTEBOOK}") + out.count(f"graded partial/{NOTEBOOK}") == 2, out
+    scores = {s: _cell_scores(there, NOTEBOOK, s) for s in ("full", "partial")}
+    assert scores == {s: _cell_scores(here, NOTEBOOK, s) for s in ("full", "partial")}
+    assert sum(scores["full"].values()) == 10 and sum(scores["partial"].values()) == 8, scores
+    assert (there / "autograded" / "partial" / NOTEBOOK / f"{NOTEBOOK}.ipynb").is_file()
+    assert main(["grade", str(there), *limits, "--scheduler", cluster.scheduler.address]) == 0
+    assert "0 submission(s) to grade, 2 already graded" in capsys.readouterr().out
+
 # ---------------------------------------------------------------------------------------------
 # the fast path itself
 # ---------------------------------------------------------------------------------------------

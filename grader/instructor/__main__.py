@@ -40,7 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--assignment", metavar="A", help="grade this assignment only (default: all)")
     g.add_argument("--student", metavar="S", help="grade this student's submissions only (default: all)")
     g.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded in parallel (default: 1)")
-    g.add_argument("--scheduler", metavar="ADDRESS", help="a Dask scheduler (not wired up yet)")
+    g.add_argument("--scheduler", metavar="ADDRESS",
+                   help="grade on this Dask cluster, e.g. tcp://10.0.0.5:8786 (docs/scale.md); "
+                        "the gradebook is written here")
     g.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
     g.add_argument("--sandbox", choices=("auto", "bwrap", "unshare", "none"), default=None,
                    help="as for python -m grader (default: $TFCOURSE_SANDBOX or auto, bubblewrap required)")
@@ -73,8 +75,6 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.jobs < 1 or args.timeout <= 0 or (args.memory is not None and args.memory < 0):
             parser.error("--jobs, --timeout must be positive; --memory must be >= 0")
-        if args.scheduler:
-            raise InstructorError("--scheduler is not wired up yet: grade with --jobs N on this machine")
         from tfcourse.device import get_device
 
         from .. import sandbox
@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         memory = args.memory if args.memory is not None else (0 if device.startswith("cuda") else Limits().memory_mb)
         limits = Limits(timeout=args.timeout, memory_mb=memory)
         return grade(args.course, assignment=args.assignment, jobs=args.jobs, device=device, seed=args.seed,
-                     force=args.force, lock_wait=args.lock_wait, limits=limits, student=args.student)
+                     force=args.force, lock_wait=args.lock_wait, limits=limits, student=args.student,
+                     scheduler=args.scheduler)
     except InstructorError as exc:
         print(f"grader.instructor: {exc}", file=sys.stderr)
         return 1

@@ -19,6 +19,10 @@ Per submission, after grading (learner code only ever runs in the grader's sandb
   notebook, the seed, the limits, the device, the sandbox mode, and the grading code and cases
   (``grader/*.py``, and ``grader/cases``, ``tfcourse/checks`` and ``tfcourse/reference`` of this
   notebook, of the notebooks before it and their shared modules): a changed grader regrades.
+
+The grading itself goes through ``grader.batch.grade_batch`` (one batch per assignment): here
+with ``jobs`` submissions at a time, or on a Dask cluster with ``scheduler`` (docs/scale.md); its
+``on_row`` hands each row back as soon as it is graded, and it is saved then.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,22 +145,6 @@ def is_current(course: Path, coursedir, job: Job) -> bool:
         return json.loads(_marker(course, coursedir, job).read_text()).get("key") == job.key
     except (OSError, ValueError):
         return False
-
-
-def _failed_row(job: Job, exc: BaseException) -> dict:
-    """A row with every test cell at 0 when the grader itself failed on this submission."""
-    from ..course import load_course
-    from ..grading import _with_parts
-
-    nb = load_course()[job.assignment]
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-    return {"notebooks": [{"notebook": job.assignment, "status": "unreadable", "score": 0.0,
-                           "max_score": nb.max_score, "exercises": [
-                               _with_parts({"exercise": e.name, "status": "error", "score": 0.0,
-                                            "max_score": e.points,
-                                            "feedback": f"✗ {e.name}: the grader failed on this "
-                                                        f"notebook ({type(exc).__name__}: {first})"}, e)
-                               for e in nb.exercises]}]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -387,12 +374,27 @@ def save(course: Path, coursedir, job: Job, row: dict, *, lock_wait: float, log)
 # --------------------------------------------------------------------------------------------
 
 
+def _connect(address: str):
+    """A client of the Dask scheduler at ``address`` (docs/scale.md), or a one-line error."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise InstructorError("--scheduler needs Dask: pip install 'dask[distributed]' (docs/scale.md), "
+                              "or grade on this machine with --jobs N") from None
+    try:
+        return Client(address, timeout="60s")
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise InstructorError(f"no Dask scheduler answered at {address} ({type(exc).__name__}): start one "
+                              "(docs/scale.md) or grade on this machine with --jobs N") from None
+
+
 def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed: int, force: bool,
-          lock_wait: float, limits=None, student: str | None = None, log=print) -> int:
+          lock_wait: float, limits=None, student: str | None = None, scheduler: str | None = None,
+          log=print) -> int:
     from nbgrader.api import Gradebook
 
     from .. import sandbox
-    from ..grading import grade_submission
+    from ..batch import grade_batch
 
     nbgrader_on_path()
     coursedir = open_course(course)
@@ -438,48 +440,41 @@ def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed:
     todo = [j for j in todo if j not in skipped]
     log(f"{len(todo)} submission(s) to grade, {len(skipped)} already graded (sandbox {isolation.mode})")
 
-    def run(job: Job) -> dict:
+    def saved(job: Job, row: dict) -> None:
+        """Each submission into the gradebook as soon as its row is back (its own transaction)."""
         try:
-            return grade_submission(job.notebook, notebooks=[job.assignment], device=device,
-                                    limits=limits, seed=seed)
-        except sandbox.SandboxError:
+            total, most = save(course, coursedir, job, row, lock_wait=lock_wait, log=log)
+        except (InstructorError, KeyboardInterrupt, sandbox.SandboxError):
             raise
-        except Exception as exc:  # a bug met on this submission must not stop the others
-            return _failed_row(job, exc)
+        except Exception as exc:  # this submission only: its reason, the others saved
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            problems.append(f"{job.student}/{job.assignment}: graded, but saving it failed "
+                            f"({type(exc).__name__}: {first}); it is not marked as graded: "
+                            "fix the cause and run grade again")
+            return
+        report = row["notebooks"][0]
+        line = (f"graded {job.student}/{job.assignment}: automatic score "
+                f"{report['score']:g}/{report['max_score']:g}")
+        if (total, most) != (float(report["score"]), float(report["max_score"])):
+            line += f"; gradebook total {total:g}/{most:g} (manual scores count there)"
+        log(line)
 
-    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    client = _connect(scheduler) if scheduler and todo else None
     try:
-        futures = {pool.submit(run, j): j for j in todo}
-        for future in as_completed(futures):
-            job = futures[future]
-            row = future.result()
-            try:
-                total, most = save(course, coursedir, job, row, lock_wait=lock_wait, log=log)
-            except (InstructorError, KeyboardInterrupt, sandbox.SandboxError):
-                raise
-            except Exception as exc:  # this submission only: its reason, the others saved
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-                problems.append(f"{job.student}/{job.assignment}: graded, but saving it failed "
-                                f"({type(exc).__name__}: {first}); it is not marked as graded: "
-                                "fix the cause and run grade again")
-                continue
-            report = row["notebooks"][0]
-            line = (f"graded {job.student}/{job.assignment}: automatic score "
-                    f"{report['score']:g}/{report['max_score']:g}")
-            if (total, most) != (float(report["score"]), float(report["max_score"])):
-                line += f"; gradebook total {total:g}/{most:g} (manual scores count there)"
-            log(line)
+        # one batch per assignment: grade_batch grades the same notebooks in every submission
+        for name in dict.fromkeys(j.assignment for j in todo):
+            group = [j for j in todo if j.assignment == name]
+            grade_batch([str(j.notebook) for j in group], notebooks=[name], device=device, limits=limits,
+                        seed=seed, jobs=max(1, jobs), scheduler=client, quiet=True,
+                        on_row=lambda i, row, group=group: saved(group[i], row))
     except KeyboardInterrupt:
-        pool.shutdown(wait=False, cancel_futures=True)
         print("grade: interrupted; what was graded is saved: run grade again to continue", file=sys.stderr)
         return 130
     except sandbox.SandboxError as exc:
-        pool.shutdown(wait=False, cancel_futures=True)
         raise InstructorError(str(exc)) from None
-    except InstructorError:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
+    finally:
+        if client is not None:
+            client.close()
     for line in problems:
         print(f"grade: not graded: {line}", file=sys.stderr)
     return 1 if problems else 0

@@ -25,6 +25,7 @@ import contextlib
 import functools
 import io
 import os
+import threading
 from collections.abc import Callable, Iterator
 
 import torch
@@ -139,10 +140,28 @@ def errors_case(exercise: str, calls: list[Call], must_name: list[tuple[str, ...
     return _case(exercise, "ValueError naming the tensor: " + "; ".join(what), calls, judge, part=part)
 
 
+_IMPORT_LOCK = threading.Lock()
+
+
+def _import_transformers() -> None:
+    """Import the transformers classes the oracles use, once, under a lock: transformers' lazy
+    module is not thread-safe, and the grader judges two submissions in parallel threads (two
+    first imports at once raised "cannot import name 'LlamaConfig'")."""
+    with _IMPORT_LOCK:
+        from transformers import (  # noqa: F401
+            BertConfig,
+            BertModel,
+            LlamaConfig,
+            LlamaForCausalLM,
+            modeling_gguf_pytorch_utils,
+        )
+
+
 @contextlib.contextmanager
 def _quiet_transformers() -> Iterator[None]:
     """No progress bars or warnings from transformers while an oracle loads (nothing downloaded)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    _import_transformers()
     from transformers.utils import logging as hf_logging
 
     bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
@@ -161,6 +180,7 @@ def _quiet_transformers() -> Iterator[None]:
 # load_decoder_weights
 # ---------------------------------------------------------------------------------------------
 def _hf_llama(config: dict, state: dict[str, torch.Tensor] | None, dtype: torch.dtype):
+    _import_transformers()
     from transformers import LlamaConfig, LlamaForCausalLM
 
     c = LlamaConfig(vocab_size=config["vocab_size"], hidden_size=config["d_model"],
@@ -229,12 +249,13 @@ def smollm2_oracle_logits() -> torch.Tensor:
             # get_gguf_hf_weights_map recurses over the model's ~400 submodules and rebuilds gguf's
             # (pure, read-only) TensorNameMap at each: ~9 s of CPU. The same function, memoised for
             # this call only, gives the same map.
-            original = gguf.get_tensor_name_map
-            gguf.get_tensor_name_map = functools.cache(original)
-            try:
-                names = get_gguf_hf_weights_map(meta, processor)
-            finally:
-                gguf.get_tensor_name_map = original
+            with _IMPORT_LOCK:  # the patch is global: one thread at a time
+                original = gguf.get_tensor_name_map
+                gguf.get_tensor_name_map = functools.cache(original)
+                try:
+                    names = get_gguf_hf_weights_map(meta, processor)
+                finally:
+                    gguf.get_tensor_name_map = original
             state = {}
             for tensor in gguf_reader(smollm2_gguf_path()).tensors:
                 result = processor.process(weights=gguf.dequantize(tensor.data, tensor.tensor_type), name=tensor.name,
@@ -249,6 +270,7 @@ def smollm2_oracle_logits() -> torch.Tensor:
 
 
 def _hf_llama_meta(config: dict):
+    _import_transformers()
     from transformers import LlamaConfig, LlamaForCausalLM
 
     c = LlamaConfig(vocab_size=config["vocab_size"], hidden_size=config["d_model"],
@@ -337,6 +359,7 @@ def decoder_errors_case(seed: int = 5) -> Case:
 # load_encoder_weights
 # ---------------------------------------------------------------------------------------------
 def _hf_bert_config(config: dict):
+    _import_transformers()
     from transformers import BertConfig
 
     return BertConfig(vocab_size=config["vocab_size"], hidden_size=config["d_model"],
@@ -349,6 +372,7 @@ def _hf_bert_config(config: dict):
 @functools.cache
 def hf_bert_hidden(config: str, seed: int, ids: tuple, mask: tuple, types: tuple) -> torch.Tensor:
     """Last hidden states (B, T, D) float64 of transformers' BertModel holding a tiny file's weights."""
+    _import_transformers()
     from transformers import BertModel
 
     with torch.random.fork_rng(devices=[]):
@@ -364,6 +388,7 @@ def hf_bert_hidden(config: str, seed: int, ids: tuple, mask: tuple, types: tuple
 def minilm_oracle_hidden() -> torch.Tensor:
     """MiniLM's last hidden states (B, T, D) float32 on MINILM_BATCH from transformers' BertModel
     loaded from the package's folder (no download)."""
+    _import_transformers()
     from transformers import BertModel
 
     from tfcourse.pretrained import minilm_dir

@@ -86,6 +86,9 @@ DECODER_WRONG = [
                    "                model.tok_emb.weight = nn.Parameter(w.clone())\n"
                    "            else:\n                params[name].copy_(w)")),
        "a tied model has ONE Parameter"),
+    _e("p.data = w: no cast to the parameter's dtype (a float64 model becomes float32)", _variant(
+        _DECODER, ("            params[name].copy_(w)", "            params[name].data = w")),
+       "cast each to its parameter's dtype"),
     _e("output.weight never read", _variant(
         _DECODER, ('    if model.lm_head.weight is not model.tok_emb.weight:\n        names["lm_head.weight"] = '
                    '"output.weight"\n', "")),

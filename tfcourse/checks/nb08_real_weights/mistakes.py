@@ -25,6 +25,8 @@ HINTS = {
                "which goes where",
     "tie_broken": "a tied model has ONE Parameter for tok_emb and lm_head: copy into tok_emb.weight in place "
                   "(.copy_ under torch.no_grad()); assigning a new nn.Parameter to tok_emb.weight unties them",
+    "no_cast": "read_gguf gives float32 tensors: cast each to its parameter's dtype and device (param.copy_(w) "
+               "does it; param.data = w replaces the float64 parameter by a float32 tensor)",
     "output_ignored": "an untied model's lm_head.weight comes from the file's output.weight (when the file has it)",
     "hard_coded_heads": "read H and G from the model (model.blocks[0].attn.num_heads / num_kv_heads), not SmolLM2's "
                         "9 and 3: the checks also load files with other head counts",
@@ -113,6 +115,9 @@ def _decoder_loader(*, permute_q: bool = True, permute_k: str = "G", permute_v: 
                 p = params[dst]
                 if w.shape != p.shape:
                     raise ValueError(f"{src} has shape {tuple(w.shape)}, but {dst} is {tuple(p.shape)}")
+                if tie == "data":
+                    p.data = w  # no cast: the parameter takes the file's float32
+                    continue
                 if dst == "tok_emb.weight" and tie == "new_parameter":
                     model.tok_emb.weight = nn.Parameter(w.to(p.dtype).clone())
                     continue
@@ -302,6 +307,7 @@ def _mistakes() -> dict[str, tuple[Mistake, ...]]:
             Mistake("v permuted too", HINTS["v_permuted"], _decoder_loader(permute_v=True)),
             Mistake("gate/up swapped", HINTS["gate_up"], _decoder_loader(swap_gate_up=True)),
             Mistake("tie broken", HINTS["tie_broken"], _decoder_loader(tie="new_parameter")),
+            Mistake("p.data = w (no cast to the parameter's dtype)", HINTS["no_cast"], _decoder_loader(tie="data")),
             Mistake("output.weight ignored", HINTS["output_ignored"], _decoder_loader(use_output=False)),
             Mistake("hard-coded 9/3 heads", HINTS["hard_coded_heads"], _decoder_loader(heads=(9, 3))),
         ),

@@ -225,17 +225,19 @@ def _bert_class() -> type:
     return Probed
 
 
-def tiny_decoder(config: str = "tied", seed: int = 1000, tie_embeddings: bool | None = None) -> nn.Module:
+def tiny_decoder(config: str = "tied", seed: int = 1000, tie_embeddings: bool | None = None,
+                 dtype: str = "float32") -> nn.Module:
     """A LlamaDecoder of the configuration ``config``, its parameters random (``seed``), so that
     nothing the loader leaves out can happen to equal the file. tie_embeddings overrides the
-    configuration's (an untied model given a tied file)."""
+    configuration's (an untied model given a tied file); dtype (a torch dtype's name) is the
+    parameters' dtype (float64 grades the loader's cast)."""
     kwargs = dict(LLAMA[config])
     if tie_embeddings is not None:
         kwargs["tie_embeddings"] = tie_embeddings
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
         model = _llama_class()(**kwargs)
-    return model.eval()
+    return model.to(getattr(torch, dtype)).eval()
 
 
 def smollm2_path() -> str:

@@ -115,6 +115,11 @@ def _pid1(job: dict, channel: int) -> None:
     sys.argv = [os.path.join(job["job"], "child.py"), job["job"], str(channel)]  # as the cold child's
     os.environ.clear()
     os.environ.update(job["env"])
+    # The zygote's process-wide caches were filled outside the sandbox: tempfile's directory (the
+    # zygote's, e.g. /root, read-only here) must be found again in this view, as a cold child does.
+    import tempfile
+
+    tempfile.tempdir = None
     # The course's modules come from the job's copy from now on (the installed package is covered).
     lib = os.path.join(job["job"], "lib")
     def under(p: str, roots: list) -> bool:

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from textwrap import dedent
 from types import ModuleType
 from typing import NamedTuple
 
-__all__ = ["Entry", "load_catalogues"]
+__all__ = ["Entry", "entry", "load_catalogues", "variant"]
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,6 +31,22 @@ class Entry(NamedTuple):
     name: str
     source: str
     hint: str | None = None
+
+
+def entry(name: str, source: str, hint: str | None = None) -> Entry:
+    """An Entry whose source is written indented in a triple-quoted string (dedented here)."""
+    return Entry(name, dedent(source).lstrip("\n"), hint)
+
+
+def variant(base: str, *replacements: tuple[str, str]) -> str:
+    """``base`` (dedented) with each ``(old, new)`` replaced; AssertionError if ``old`` is absent,
+    so a variant cannot silently equal its base."""
+    source = dedent(base).lstrip("\n")
+    for old, new in replacements:
+        old, new = old.strip("\n"), new.strip("\n")
+        assert old in source, old
+        source = source.replace(old, new)
+    return source
 
 
 def load_catalogues() -> dict[str, ModuleType]:

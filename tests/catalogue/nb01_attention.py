@@ -8,15 +8,10 @@ or the generic shape/dtype hints) the feedback should show, None when no hint fi
 
 from __future__ import annotations
 
-from textwrap import dedent
-
 from tests.catalogue import Entry
+from tests.catalogue import entry as _e
 
 NOTEBOOK = "01_attention"
-
-
-def _e(name: str, source: str, hint: str | None = None) -> Entry:
-    return Entry(name, dedent(source).lstrip("\n"), hint)
 
 
 WRONG: dict[str, list[Entry]] = {

@@ -20,12 +20,9 @@ from __future__ import annotations
 from textwrap import dedent
 
 from tests.catalogue import Entry
+from tests.catalogue import entry as _e
 
 NOTEBOOK = "02_multi_head_attention"
-
-
-def _e(name: str, source: str, hint: str | None = None) -> Entry:
-    return Entry(name, dedent(source).lstrip("\n"), hint)
 
 
 # A MultiHeadAttention whose forward is filled in per entry (the constructor is always right).

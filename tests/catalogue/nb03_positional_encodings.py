@@ -11,15 +11,10 @@ BLOOM's closed-form slopes, HF's T5 bucketing.
 
 from __future__ import annotations
 
-from textwrap import dedent
-
 from tests.catalogue import Entry
+from tests.catalogue import entry as _e
 
 NOTEBOOK = "03_positional_encodings"
-
-
-def _e(name: str, source: str, hint: str | None = None) -> Entry:
-    return Entry(name, dedent(source).lstrip("\n"), hint)
 
 
 WRONG: dict[str, list[Entry]] = {

@@ -10,15 +10,10 @@ x.pow(2).mean, var(unbiased=False), HF's LlamaRMSNorm and Meta's ``_norm(x.float
 
 from __future__ import annotations
 
-from textwrap import dedent
-
 from tests.catalogue import Entry
+from tests.catalogue import entry as _e
 
 NOTEBOOK = "04_normalisation"
-
-
-def _e(name: str, source: str, hint: str | None = None) -> Entry:
-    return Entry(name, dedent(source).lstrip("\n"), hint)
 
 
 WRONG: dict[str, list[Entry]] = {

@@ -15,15 +15,10 @@ points through the grader (the course's ``gelu`` / ``SwiGLU`` stand in).
 
 from __future__ import annotations
 
-from textwrap import dedent
-
 from tests.catalogue import Entry
+from tests.catalogue import entry as _e
 
 NOTEBOOK = "05_feed_forward"
-
-
-def _e(name: str, source: str, hint: str | None = None) -> Entry:
-    return Entry(name, dedent(source).lstrip("\n"), hint)
 
 
 WRONG: dict[str, list[Entry]] = {

@@ -18,15 +18,10 @@ the course's versions stand in.
 
 from __future__ import annotations
 
-from textwrap import dedent
-
 from tests.catalogue import Entry
+from tests.catalogue import entry as _e
 
 NOTEBOOK = "06_kv_cache"
-
-
-def _e(name: str, source: str, hint: str | None = None) -> Entry:
-    return Entry(name, dedent(source).lstrip("\n"), hint)
 
 
 _KV_HEAD = '''

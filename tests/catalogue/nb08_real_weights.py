@@ -15,24 +15,10 @@ only.
 
 from __future__ import annotations
 
-from textwrap import dedent
-
-from tests.catalogue import Entry
+from tests.catalogue import entry as _e
+from tests.catalogue import variant as _variant
 
 NOTEBOOK = "08_real_weights"
-
-
-def _e(name: str, source: str, hint: str | None = None) -> Entry:
-    return Entry(name, dedent(source).lstrip("\n"), hint)
-
-
-def _variant(base: str, *replacements: tuple[str, str]) -> str:
-    source = dedent(base).lstrip("\n")
-    for old, new in replacements:
-        old, new = old.strip("\n"), new.strip("\n")
-        assert old in source, old
-        source = source.replace(old, new)
-    return source
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,11 +2,23 @@
 instead of a fresh interpreter that imports torch (about 3 s per notebook, most of a submission's
 grading time).
 
-Used in the ``unshare`` sandbox only, where the fork makes exactly the cold child's sandbox
-(same namespaces, same ``VIEW_SCRIPT`` view, same rlimits, set by the same child.py); under
-``bwrap`` and ``none`` the cold path runs as before. ``TFCOURSE_FAST=0`` turns it off. If a
-zygote cannot start or refuses to fork (user namespaces unavailable, threads in it), the run
-falls back to the cold path and :func:`status` says why (``python -m grader --doctor``).
+Used in the ``bwrap`` and ``unshare`` sandboxes; under ``none`` the cold path runs as before.
+In each the fork makes the cold child's sandbox (same namespaces, same file view, same rlimits,
+set by the same child.py):
+
+* ``unshare``: the zygote runs outside any sandbox; each fork makes new user, mount, network,
+  PID, IPC and UTS namespaces and ``VIEW_SCRIPT``'s view.
+* ``bwrap``: the zygote itself runs in bubblewrap, in a view like a cold child's (system and
+  Python read-only, the checkout and the reference solutions absent, no network, no
+  capabilities) whose /job is its own folder (zygote.py and the course's public library without
+  any reference solution) and which also shows the folder of all job folders read-only at
+  /jobs; each fork makes new user, mount, network, PID, IPC and UTS namespaces, binds its own
+  job at /job, covers /jobs, mounts a fresh /tmp, /tmp/work and /dev/shm, makes the rest
+  read-only and drops every capability: the cold bwrap child's view, paths included.
+
+``TFCOURSE_FAST=0`` turns it off. If a zygote cannot start or refuses to fork (user namespaces
+unavailable, threads in it), the run falls back to the cold path and :func:`status` says why
+(``python -m grader --doctor``).
 
 One zygote per grading thread that needs one (``--jobs N``: at most N), kept for the life of
 the grading process and stopped when it exits (a zygote exits when its socket closes).
@@ -17,8 +29,8 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import queue
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -33,9 +45,13 @@ ENV_VAR = "TFCOURSE_FAST"
 ZYGOTE = Path(__file__).with_name("zygote.py")
 START_TIMEOUT = 120.0
 
-_free: queue.SimpleQueue = queue.SimpleQueue()
+MODES = ("bwrap", "unshare")
+ZYGOTE_SCRATCH = 16 * 2**20  # the zygote's own /tmp in bwrap (it writes nothing; forks get their own)
+
+_free: list[Zygote] = []  # started and idle (guarded by _ready)
 _all: list[Zygote] = []
 _lock = threading.Lock()
+_ready = threading.Condition(_lock)
 _broken = ""  # why the fast path is off in this process ("" while it works)
 
 
@@ -44,38 +60,61 @@ class ZygoteError(RuntimeError):
 
 
 def enabled(box: sandbox.Sandbox) -> bool:
-    return box.mode == "unshare" and os.environ.get(ENV_VAR, "1").strip() != "0" and not _broken
+    return box.mode in MODES and os.environ.get(ENV_VAR, "1").strip() != "0" and not _broken
+
+
+def _key(box: sandbox.Sandbox, device: str) -> tuple:
+    """What a zygote's view depends on: the unshare one on nothing (each fork makes the whole
+    view), the bwrap one on the device (GPU nodes) and the folders protect() covers."""
+    if box.mode == "unshare":
+        return ("unshare",)
+    return ("bwrap", device.startswith("cuda"), tuple(sandbox.protected()))
 
 
 def status(box: sandbox.Sandbox) -> str:
     """One line for --doctor: whether notebooks are graded by warm forks here, and why not."""
     if os.environ.get(ENV_VAR, "1").strip() == "0":
         return f"off ({ENV_VAR}=0): a fresh child per notebook"
-    if box.mode != "unshare":
+    if box.mode not in MODES:
         return (f"off in sandbox {box.mode!r}: a fresh child per notebook (the warm forks make the "
-                f"unshare sandbox only; --sandbox unshare uses them)")
+                f"bwrap and unshare sandboxes only)")
     if _broken:
         return f"off: {_broken}; a fresh child per notebook"
     try:
-        z = _get()
-        _free.put(z)
-    except ZygoteError as exc:
+        z = _get(_key(box, "cpu"), box, "cpu")
+        _put(z)
+    except (ZygoteError, OSError) as exc:
         return f"off: {exc}; a fresh child per notebook"
-    return "on: each notebook's child is a fork of a warm zygote, in its own unshare sandbox"
+    return f"on: each notebook's child is a fork of a warm zygote, in its own {box.mode} sandbox"
 
 
 class Zygote:
-    def __init__(self) -> None:
-        # The jobs' folder on the command line (unused): the zygote and every fork of it (learner
-        # processes that fork without exec) are found by it in a process listing.
+    def __init__(self, box: sandbox.Sandbox, device: str) -> None:
+        self.key, self.folder = _key(box, device), None
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = sandbox.child_env(str(Path.home()))
+        # The jobs' folder on the command line (unused in unshare): the zygote and every fork of
+        # it (learner processes that fork without exec) are found by it in a process listing.
+        jobs = sandbox.jobs_folder()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-I", str(ZYGOTE), str(theirs.fileno()),
-                                          tempfile.gettempdir()],
-                                         pass_fds=(theirs.fileno(),), env=env, cwd="/",
+            if box.mode == "bwrap":
+                self.folder = Path(tempfile.mkdtemp(prefix="tfcourse-zygote-"))
+                _zygote_folder(self.folder)
+                scratch = f"{sandbox.SCRATCH_VIEW}/work"
+                inner = [sys.executable, "-I", f"{sandbox.JOB_VIEW}/zygote.py", str(theirs.fileno()),
+                         sandbox.JOBS_VIEW, f"{sandbox.JOB_VIEW}/lib"]
+                argv = sandbox._bwrap_argv(self.folder, inner, device=device, scratch_bytes=ZYGOTE_SCRATCH,
+                                           jobs=jobs)
+                env, cwd = sandbox.child_env(scratch), str(self.folder)
+            else:
+                argv = [sys.executable, "-I", str(ZYGOTE), str(theirs.fileno()), jobs]
+                env, cwd = sandbox.child_env(str(Path.home())), "/"
+            self.proc = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), env=env, cwd=cwd,
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL, start_new_session=True)
+        except BaseException:
+            mine.close()
+            self._remove()
+            raise
         finally:
             theirs.close()
         self.sock = mine
@@ -93,6 +132,10 @@ class Zygote:
         except OSError:
             return ""
 
+    def _remove(self) -> None:
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
     def close(self) -> None:
         try:
             self.sock.close()
@@ -103,6 +146,7 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self._remove()
 
     def start(self, job: dict, fds: tuple[int, int]) -> ForkedChild:
         socket.send_fds(self.sock, [json.dumps(job).encode("utf-8")], list(fds))
@@ -111,6 +155,19 @@ class Zygote:
         if kind != "pid":
             raise ZygoteError(f"the warm worker did not fork ({reply or 'no answer'})")
         return ForkedChild(self, int(value))
+
+
+def _zygote_folder(folder: Path) -> None:
+    """What a bwrap zygote sees at /job: zygote.py and the course's public library without any
+    reference solution (a job's own copy replaces it in each fork)."""
+    from .runner import LIBRARY
+
+    shutil.copy(ZYGOTE, folder / "zygote.py")
+    shutil.copytree(LIBRARY, folder / "lib" / "tfcourse", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for path in (folder / "lib" / "tfcourse" / "reference").glob("nb*.py"):
+        path.unlink()
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 class ForkedChild:
@@ -144,76 +201,112 @@ class ForkedChild:
         return self.returncode
 
 
-_starting = [0]  # zygotes prestart() is starting now
+_starting: dict[tuple, int] = {}  # zygotes prestart() is starting now, by key
 
 
-def _get() -> Zygote:
+def _put(z: Zygote) -> None:
+    with _ready:
+        _free.append(z)
+        _ready.notify_all()
+
+
+def _get(key: tuple, box: sandbox.Sandbox, device: str) -> Zygote:
+    """A free zygote for ``key``; waits for one prestart() is starting (starting another would
+    only compete with it for the cores), else starts one. Idle zygotes of an older key (the
+    protected folders changed) are stopped."""
+    stale: list[Zygote] = []
     try:
-        return _free.get_nowait()
-    except queue.Empty:
-        pass
-    while True:  # one on its way: starting another would only compete with it for the cores
-        with _lock:
-            if not _starting[0]:
-                break
-        try:
-            return _free.get(timeout=0.1)
-        except queue.Empty:
-            pass
-    try:
-        return _free.get_nowait()
-    except queue.Empty:
-        pass
-    z = Zygote()
+        with _ready:
+            while True:
+                for z in list(_free):
+                    if z.key == key:
+                        _free.remove(z)
+                        return z
+                    if len(key) == 3 and z.key[:2] == key[:2]:  # protect() added a folder since
+                        _free.remove(z)
+                        _all.remove(z)
+                        stale.append(z)
+                if not _starting.get(key):
+                    break
+                _ready.wait(timeout=0.5)
+    finally:
+        for z in stale:
+            z.close()
+    z = Zygote(box, device)
     with _lock:
         _all.append(z)
     return z
 
 
-def launch(job_dir: Path, spec: sandbox.Launch, channel: int, output: int,
+def _view(box: sandbox.Sandbox, spec: sandbox.Launch, job_dir: Path, *, device: str, scratch_mb: int) -> dict:
+    """What the zygote's fork needs to make this job's view (see the module docstring)."""
+    scratch_bytes = max(1, scratch_mb) * 2**20
+    job = {"job": spec.job, "env": spec.env, "hidden": sandbox.hidden_paths(), "view": box.mode}
+    if box.mode == "bwrap":
+        keep = sandbox.bwrap_tmp_binds()
+        job["spec"] = {"keep": sandbox._python_dirs()}
+        job["bwrap"] = {"jobs": sandbox.JOBS_VIEW, "name": Path(job_dir).name, "job": sandbox.JOB_VIEW,
+                        "scratch": sandbox.SCRATCH_VIEW, "scratch_bytes": scratch_bytes, "keep": keep}
+    else:
+        job["view_script"] = sandbox.VIEW_SCRIPT
+        job["spec"] = sandbox._unshare_spec(spec.job, spec.scratch, device=device, scratch_bytes=scratch_bytes)
+    return job
+
+
+def launch(box: sandbox.Sandbox, job_dir: Path, spec: sandbox.Launch, channel: int, output: int,
            *, device: str, scratch_mb: int) -> ForkedChild:
     """Start the child of ``job_dir`` as a fork of a free zygote. Raises ZygoteError (then the
     caller runs the cold path, and the fast path stays off in this process)."""
-    global _broken
+    if Path(job_dir).resolve().parent != Path(sandbox.jobs_folder()):
+        raise ZygoteError(f"{job_dir} is not in the jobs folder {sandbox.jobs_folder()}")
     try:
-        z = _get()
+        z = _get(_key(box, device), box, device)
     except (ZygoteError, OSError) as exc:
-        _broken = str(exc)
+        _give_up(str(exc))
         raise ZygoteError(str(exc)) from exc
-    job = {"job": spec.job, "env": spec.env, "hidden": sandbox.hidden_paths(),
-           "view_script": sandbox.VIEW_SCRIPT,
-           "spec": sandbox._unshare_spec(spec.job, spec.scratch, device=device,
-                                         scratch_bytes=max(1, scratch_mb) * 2**20)}
+    job = _view(box, spec, job_dir, device=device, scratch_mb=scratch_mb)
     try:
         child = z.start(job, (channel, output))
     except (ZygoteError, OSError) as exc:
         z.close()
-        _broken = str(exc)
+        _give_up(str(exc))
         raise ZygoteError(str(exc)) from exc
     return child
 
 
-def prestart(n: int, box: sandbox.Sandbox) -> None:
+def _give_up(why: str) -> None:
+    """Turn the fast path off in this process, saying so once on stderr (grading goes on, slower)."""
+    global _broken
+    with _lock:
+        first, _broken = not _broken, _broken or why
+    if first:
+        print(f"grader: warning: the fast path is off ({why}): each notebook starts a fresh "
+              f"interpreter (slower, same isolation); see `python -m grader --doctor`", file=sys.stderr)
+
+
+def prestart(n: int, box: sandbox.Sandbox, device: str = "cpu") -> None:
     """Start up to ``n`` zygotes in the background (their torch import overlaps the grading
     process's own work); the first child waits for one only if none is ready yet."""
     if not enabled(box):
         return
+    key = _key(box, device)
 
     def one() -> None:
         try:
-            z = Zygote()
+            z = Zygote(box, device)
         except (ZygoteError, OSError):
-            return
-        finally:
-            with _lock:
-                _starting[0] -= 1
-        with _lock:
-            _all.append(z)
-        _free.put(z)
+            z = None
+        with _ready:
+            _starting[key] -= 1
+            if z is not None:
+                _all.append(z)
+                _free.append(z)
+            _ready.notify_all()
 
     with _lock:
-        missing = max(0, n - len(_all) - _starting[0])
-        _starting[0] += missing
+        have = sum(1 for z in _all if z.key == key)
+        missing = max(0, n - have - _starting.get(key, 0))
+        _starting[key] = _starting.get(key, 0) + missing
     for _ in range(missing):
         threading.Thread(target=one, daemon=True).start()
 
@@ -222,7 +315,7 @@ def release(child: ForkedChild) -> None:
     """Give the zygote back once its child is reaped (a zygote that died is dropped)."""
     z = child.zygote
     if child.returncode is not None and z.proc.poll() is None:
-        _free.put(z)
+        _put(z)
     else:
         z.close()
 

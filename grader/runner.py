@@ -251,7 +251,7 @@ def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[s
     dropped = 0
     restarts = 0
     cap = limits.output_kb * 1024
-    with tempfile.TemporaryDirectory(prefix="tfcourse-grade-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tfcourse-grade-", dir=sandbox.jobs_folder()) as tmp:
         job_dir = Path(tmp)
         _library_copy(job_dir / "lib", notebook)
         shutil.copy(CHILD, job_dir / "child.py")
@@ -341,7 +341,8 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
         spec = sandbox.launch(box, job_dir, ["3"], device=device, scratch_mb=limits.file_mb)
         out_read, out_write = os.pipe()
         try:
-            proc = fastpath.launch(job_dir, spec, write_end, out_write, device=device, scratch_mb=limits.file_mb)
+            proc = fastpath.launch(box, job_dir, spec, write_end, out_write, device=device,
+                                   scratch_mb=limits.file_mb)
             proc.stdout = os.fdopen(out_read, "rb")
         except fastpath.ZygoteError:
             os.close(out_read)
@@ -416,7 +417,8 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
         if stop[1] == "timeout" and not seen:
             info["reason"] = f"the child did not start within {limits.startup:g} s"
     elif not finished:
-        info["reason"], info["limit"] = _describe_death(proc.returncode, limits, box.mode == "bwrap")
+        info["reason"], info["limit"] = _describe_death(
+            proc.returncode, limits, box.mode == "bwrap" and not isinstance(proc, fastpath.ForkedChild))
         if channel.broken:
             info["reason"] = f"its results could not be read ({channel.broken})"
     with channel.lock:

@@ -30,6 +30,7 @@ is passed.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import glob
 import json
@@ -59,9 +60,12 @@ DESCRIPTIONS = {
 # Variables a child may keep from the grader's environment (nothing else leaks in).
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "LD_LIBRARY_PATH")
 
-# Inside a bwrap sandbox: where the job folder and the scratch space appear.
+# Inside a bwrap sandbox: where the job folder and the scratch space appear (and, in a fast path
+# zygote's view, the folder of all job folders).
 JOB_VIEW = "/job"
 SCRATCH_VIEW = "/tmp"
+JOBS_VIEW = "/jobs"
+ZYGOTE_UID = 1000  # a root grader's fast path zygote, inside its own user namespace
 
 # Files of /etc the child may need (the dynamic loader, user names, fonts for matplotlib).
 ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
@@ -165,9 +169,29 @@ def child_env(home: str) -> dict[str, str]:
     return env
 
 
-def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: int) -> list[str]:
-    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--hostname", "grader"]
+def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: int,
+                jobs: str | None = None) -> list[str]:
+    """bwrap's command line for a child whose job folder is ``job_dir`` (seen at /job).
+
+    ``jobs``: the view of a fast path zygote (grader/zygote.py), which runs no learner code but
+    forks the children: ``job_dir`` is its own folder, the folder of every job folder is seen
+    read-only at :data:`JOBS_VIEW` (each fork binds its own job at /job and covers the others),
+    and /proc is the grading machine's (read-write bind, no PID namespace: bubblewrap's own
+    /proc has covered entries, which would stop the forks mounting a /proc of their own PID
+    namespace; the forks make those namespaces)."""
+    namespaces = ["--unshare-all"]  # user (if it can), IPC, PID, network, UTS, cgroup (if it can)
+    if jobs is not None:
+        namespaces = ["--unshare-user-try", "--unshare-ipc", "--unshare-net", "--unshare-uts",
+                      "--unshare-cgroup-try"]
+    if jobs is not None and os.getuid() == 0:
+        # Each fork maps its own root to the zygote's user; since Linux 5.12 a namespace made
+        # without CAP_SETFCAP cannot map the parent's uid 0, so a root grader's zygote runs as
+        # another uid of its namespace (still the grader's user outside it).
+        namespaces[0:1] = ["--unshare-user", "--uid", str(ZYGOTE_UID), "--gid", str(ZYGOTE_UID)]
+    # --die-with-parent ties bwrap to the thread that started it (PR_SET_PDEATHSIG); a zygote is
+    # started by a short-lived thread (fastpath.prestart) and exits when its socket closes instead.
+    argv = ["bwrap", *namespaces, *(["--die-with-parent"] if jobs is None else []), "--new-session",
+            "--cap-drop", "ALL", "--hostname", "grader"]
     # Scratch space first: a size-limited tmpfs at /tmp, thrown away with the sandbox (no disk
     # fill). Mounted before the binds so that a Python installation under /tmp (a virtual
     # environment in a checkout under /tmp, as CI makes) is bound on top of it, not hidden by it.
@@ -192,7 +216,8 @@ def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: 
     for d in sorted(_python_dirs(), key=len):  # a folder before the folders inside it
         if not _under(SCRATCH_VIEW, d):  # never /tmp itself (or /): it holds other jobs' files
             ro(d)
-    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--proc", "/proc"] if jobs is None else ["--bind", "/proc", "/proc"]
+    argv += ["--dev", "/dev"]
     if device.startswith("cuda"):
         for node in sorted(glob.glob("/dev/nvidia*")):
             argv += ["--dev-bind", node, node]
@@ -206,8 +231,17 @@ def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: 
         if any(_under(secret, v) for v in visible) and not any(_under(secret, c) for c in covered):
             argv += ["--size", "4096", "--tmpfs", secret, "--remount-ro", secret]
             covered.append(secret)
+    if jobs is not None:
+        argv += ["--ro-bind", jobs, JOBS_VIEW]
     argv += ["--ro-bind", str(job_dir), JOB_VIEW, "--chdir", f"{SCRATCH_VIEW}/work", "--"]
     return argv + inner
+
+
+def bwrap_tmp_binds() -> list[str]:
+    """The folders the bwrap view binds inside its /tmp (a Python installation under /tmp, as
+    CI's checkout makes): a fast path fork mounts a fresh /tmp and binds them again."""
+    dirs = [d for d in sorted(_python_dirs(), key=len) if _under(d, SCRATCH_VIEW) and d != SCRATCH_VIEW]
+    return [d for i, d in enumerate(dirs) if not any(_under(d, e) for e in dirs[:i])]
 
 
 UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child",
@@ -298,6 +332,19 @@ os.execv(program[0], program)
 """
 
 _protected: set[str] = set()
+_jobs: list[str] = []
+
+
+def jobs_folder() -> str:
+    """The folder (private to this grading process, made on first use, removed at exit) that
+    holds every child's job folder: the unshare view covers it, a fast path zygote's bwrap view
+    binds it (each fork then shows only its own job)."""
+    with _lock:
+        if not _jobs:
+            path = tempfile.mkdtemp(prefix="tfcourse-jobs-")
+            atexit.register(shutil.rmtree, path, ignore_errors=True)
+            _jobs.append(_real(path))
+        return _jobs[0]
 
 
 def protect(paths) -> None:

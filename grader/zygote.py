@@ -1,9 +1,10 @@
 """The fast path's warm worker: imports torch and the course's public checks once, then starts
 each notebook's child as a fork of itself, inside a fresh unshare sandbox made by the fork.
 
-Started by ``grader.fastpath`` as ``python -I zygote.py CONTROL_FD JOBS_FOLDER`` (a fresh interpreter, never a
-fork of the grading process: it holds no reference solution, no hidden case, no other learner's
-work). It never runs learner code itself. Per job it receives, on the control socket, one JSON
+Started by ``grader.fastpath`` as ``python -I zygote.py CONTROL_FD JOBS_FOLDER [LIBRARY]`` (a
+fresh interpreter, never a fork of the grading process: it holds no reference solution, no hidden
+case, no other learner's work; under bwrap it runs in bubblewrap and imports the course's public
+library from LIBRARY). It never runs learner code itself. Per job it receives, on the control socket, one JSON
 line (the job folder, the unshare view's spec, the child's environment) and two file
 descriptors (the results channel and the output pipe), and forks:
 
@@ -11,11 +12,13 @@ descriptors (the results channel and the output pipe), and forks:
   descriptor closed, then new user, mount, network, PID, IPC and UTS namespaces; it forks B, waits
   for it and exits with its status (dies by the same signal), like ``unshare --fork --kill-child``.
 * B (PID 1 of the new PID namespace, killed when A dies): a fresh /proc, host name ``grader``,
-  then exactly the unshare sandbox's view (``grader.sandbox.VIEW_SCRIPT``: everything but the
-  system, the Python installation and its own job folder covered, all read-only, scratch tmpfs,
-  capability bounding set dropped, no_new_privs), then every capability cleared (B does not exec,
-  so the bounding set alone would not take them), then ``child.main`` of the job's own child.py,
-  as the cold path's child would run it.
+  then exactly the cold child's view: under unshare ``grader.sandbox.VIEW_SCRIPT``'s (everything
+  but the system, the Python installation and its own job folder covered, all read-only,
+  scratch tmpfs, capability bounding set dropped, no_new_privs), under bwrap :func:`_bwrap_view`'s
+  (its own job at /job, the other jobs covered, fresh /tmp and /dev/shm, the rest read-only, the
+  bounding set dropped); then every capability cleared (B does not exec, so the bounding set
+  alone would not take them), then ``child.main`` of the job's own child.py, as the cold path's
+  child would run it.
 
 The zygote answers ``pid N`` once A exists and ``exit STATUS`` once it is reaped (STATUS as
 Popen.returncode: -signal or the exit code), and exits when the grading process closes the
@@ -34,8 +37,10 @@ import sys
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
-PR_SET_PDEATHSIG = 1
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 4096, 16384, 1 << 18
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, AT_RECURSIVE, SYS_MOUNT_SETATTR = 1, 2, 0x8000, 442
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -90,6 +95,15 @@ def unsafe_to_fork() -> str:
     return ""
 
 
+def _report(exc: BaseException) -> None:
+    """One line on the child's output: what failed, and where in this file (or the child's)."""
+    import traceback
+
+    where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    at = f" ({where.name}, line {where.lineno})" if where else ""
+    os.write(2, f"tfcourse zygote: {type(exc).__name__}: {exc}{at}\n".encode())
+
+
 def _write(path: str, text: str) -> None:
     with open(path, "w") as fh:
         fh.write(text)
@@ -101,6 +115,51 @@ def _drop_capabilities() -> None:
     _check(libc.syscall(126, ctypes.byref(header), ctypes.byref(data)) == 0, "capset")  # SYS_capset
 
 
+def _mount(src: str | None, dst: str, fs: str | None, flags: int, data: str | None = None) -> None:
+    args = [None if a is None else a.encode() for a in (src, dst, fs, data)]
+    _check(libc.mount(args[0], args[1], args[2], ctypes.c_ulong(flags), args[3]) == 0,
+           f"mount {fs or src} on {dst}")
+
+
+def _read_only(path: str) -> None:
+    """Make ``path`` and every mount under it read-only and nosuid (mount_setattr, Linux 5.12)."""
+    attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
+    _check(libc.syscall(SYS_MOUNT_SETATTR, -100, path.encode(), AT_RECURSIVE, ctypes.byref(attr),
+                        ctypes.c_size_t(32)) == 0, f"read-only {path}")
+
+
+def _tmpfs(path: str, size: int, flags: int = 0) -> None:
+    _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | flags, f"size={size},mode=755")
+
+
+def _bwrap_view(view: dict) -> None:
+    """B, in a zygote's bubblewrap view: make exactly the cold bwrap child's view. /job becomes
+    this job's folder (from /jobs, then covered: the other jobs vanish), a fresh size-limited /tmp
+    (the Python installation's folders under /tmp bound back, read-only) with /tmp/work, a fresh
+    /dev/shm; everything else read-only. No learner code has run; any failure exits 125."""
+    job = os.open(os.path.join(view["jobs"], view["name"]), os.O_PATH | os.O_CLOEXEC)
+    keep = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in view["keep"]}
+    _read_only("/")
+    _mount(f"/proc/self/fd/{job}", view["job"], None, MS_BIND | MS_REC)
+    _read_only(view["job"])
+    _tmpfs(view["jobs"], 4096, MS_RDONLY)
+    _tmpfs(view["scratch"], view["scratch_bytes"])
+    for path, fd in keep.items():  # shortest first, none inside another
+        os.makedirs(path, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        _read_only(path)
+    os.makedirs(os.path.join(view["scratch"], "work"), exist_ok=True)
+    _tmpfs("/dev/shm", view["scratch_bytes"])
+    for fd in (job, *keep.values()):
+        os.close(fd)
+    last = int(open("/proc/sys/kernel/cap_last_cap").read())
+    for cap in range(last + 1):
+        _check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0, f"drop capability {cap}")
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "no_new_privs")
+    os.chdir(os.path.join(view["scratch"], "work"))
+
+
 def _pid1(job: dict, channel: int) -> None:
     """B: finish the sandbox, then run the job's child (never returns)."""
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -108,9 +167,12 @@ def _pid1(job: dict, channel: int) -> None:
     _check(libc.mount(b"proc", b"/proc", b"proc", ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC), None) == 0,
            "mount /proc")
     _check(libc.sethostname(b"grader", 6) == 0, "sethostname")
-    view = job["view_script"].replace("os.execv(program[0], program)", "")
-    sys.argv = ["view", json.dumps(job["spec"])]
-    exec(compile(view, "<tfcourse unshare view>", "exec"), {"__name__": "view"})
+    if job["view"] == "bwrap":
+        _bwrap_view(job["bwrap"])
+    else:
+        view = job["view_script"].replace("os.execv(program[0], program)", "")
+        sys.argv = ["view", json.dumps(job["spec"])]
+        exec(compile(view, "<tfcourse unshare view>", "exec"), {"__name__": "view"})
     _drop_capabilities()
     sys.argv = [os.path.join(job["job"], "child.py"), job["job"], str(channel)]  # as the cold child's
     os.environ.clear()
@@ -148,7 +210,7 @@ def _pid1(job: dict, channel: int) -> None:
             pass
         namespace["_kill_descendants"]()
     except BaseException as exc:  # noqa: BLE001
-        os.write(2, f"tfcourse zygote: {type(exc).__name__}: {exc}\n".encode())
+        _report(exc)
     os._exit(code if isinstance(code, int) else 125)
 
 
@@ -177,7 +239,7 @@ def _fork_a(job: dict, channel: int, output: int) -> None:
         os.close(2)
         _, status = os.waitpid(pid, 0)
     except BaseException as exc:  # noqa: BLE001
-        os.write(2, f"tfcourse zygote: {type(exc).__name__}: {exc}\n".encode())
+        _report(exc)
         os._exit(125)
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -227,6 +289,8 @@ def serve(control: socket.socket) -> None:
 
 def main() -> int:
     control = socket.socket(fileno=int(sys.argv[1]))
+    if len(sys.argv) > 3:  # in bubblewrap: the course's public library, copied for the zygote
+        sys.path.insert(0, sys.argv[3])
     try:
         warm()
     except BaseException as exc:  # noqa: BLE001

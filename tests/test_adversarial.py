@@ -8,7 +8,9 @@ process it started is left running, that no file outside its temporary folders c
 batch gives one row per submission, that honest submissions get the same JSON in the batch as
 alone, and that grading twice gives the same JSON.
 
-The batch runs once per sandbox mode the machine offers (issue 15): in ``bwrap`` mode every
+The batch runs once per sandbox mode the machine offers (issue 15), through the fast path
+where the mode has one (bwrap, unshare: a warm zygote forks each notebook's child, docs/scale.md;
+the batch fails if the grader fell back to fresh interpreters): in ``bwrap`` mode every
 hostile submission, in ``unshare`` mode those that attack files, peek, forge or use the network,
 plus a few of every other kind (``UNSHARE_SET``; ``TFCOURSE_ADVERSARIAL_ALL=1`` runs them all
 there too); ``none`` only where neither works. Attacks whose assertions need isolation a mode
@@ -157,23 +159,27 @@ def mode() -> str:
     return sandbox.choose().mode
 
 
-@pytest.fixture(scope="module", params=["bwrap", "unshare", "none"])
+@pytest.fixture(scope="module", params=["bwrap", "unshare", "none", "bwrap-cold"])
 def batch_mode(request) -> str:
-    """Each sandbox mode this machine offers (none only where no sandbox works)."""
-    why = sandbox._works(request.param)
+    """Each sandbox mode this machine offers (none only where no sandbox works); ``bwrap-cold``:
+    bubblewrap with the fast path off (``TFCOURSE_FAST=0``, a fresh interpreter per notebook, the
+    fallback when a zygote cannot run), on the unshare subset."""
+    mode = request.param.partition("-")[0]
+    why = sandbox._works(mode)
     if why is not None:
-        pytest.skip(f"sandbox {request.param!r} cannot run here: {why}")
-    if request.param == "none" and any(sandbox._works(m) is None for m in ("bwrap", "unshare")):
+        pytest.skip(f"sandbox {mode!r} cannot run here: {why}")
+    if mode == "none" and any(sandbox._works(m) is None for m in ("bwrap", "unshare")):
         pytest.skip("mode 'none' runs the batch only where neither bwrap nor unshare works")
     return request.param
 
 
-def _skip_reason(attack: Hostile, mode: str) -> str | None:
+def _skip_reason(attack: Hostile, variant: str) -> str | None:
+    mode = variant.partition("-")[0]
     if mode not in NEEDS[attack.needs]:
         return (f"needs {attack.needs!r} isolation; the sandbox here is {mode!r} "
                 f"(install bubblewrap for the full suite)")
-    if mode == "unshare" and attack.name not in UNSHARE_SET and not os.environ.get(ALL_ENV):
-        return f"not in the unshare subset (CI time; {ALL_ENV}=1 runs every attack in unshare mode)"
+    if variant in ("unshare", "bwrap-cold") and attack.name not in UNSHARE_SET and not os.environ.get(ALL_ENV):
+        return f"not in the {variant} subset (CI time; {ALL_ENV}=1 runs every attack there)"
     return None
 
 
@@ -181,8 +187,9 @@ def _skip_reason(attack: Hostile, mode: str) -> str | None:
 def batch(tmp_path_factory, batch_mode) -> dict:
     """Build every hostile submission this machine can safely run, grade them in one CLI batch
     (--jobs 2), and record what the suite checks afterwards."""
-    mode = batch_mode
-    base = tmp_path_factory.mktemp(f"adversarial-{mode}")
+    variant = batch_mode
+    mode, _, cold = variant.partition("-")
+    base = tmp_path_factory.mktemp(f"adversarial-{variant}")
     subs, jobs, reports = base / "submissions", base / "jobs", base / "report"
     for d in (subs, jobs, reports):
         d.mkdir()
@@ -195,18 +202,21 @@ def batch(tmp_path_factory, batch_mode) -> dict:
     ctx = {"SLEEP": f"100000.{marker}", "PORT": str(server.getsockname()[1]), "ROOT": str(ROOT),
            "LIBRARY": str(Path(tfcourse.__file__).resolve().parent), "SUBMISSIONS": str(subs),
            "REPORT": str(report), "SECRET": f"secret-{marker}"}
-    chosen = [a for a in ATTACKS if _skip_reason(a, mode) is None]
+    chosen = [a for a in ATTACKS if _skip_reason(a, variant) is None]
     paths = [build_submission(a, subs, ctx) for a in chosen]
     paths += [build_submission(_honest(n), subs, ctx) for n in HONEST]
     names = [a.name for a in chosen] + list(HONEST)
 
     before = {d: _tree_hash(ROOT / d) for d in WATCHED}
     subs_before = _tree_hash(subs)
-    env = {**os.environ, "TMPDIR": str(jobs), sandbox.ENV_VAR: mode, "TFCOURSE_TEST_SECRET": ctx["SECRET"]}
+    env = {**os.environ, "TMPDIR": str(jobs), sandbox.ENV_VAR: mode, "TFCOURSE_TEST_SECRET": ctx["SECRET"],
+           "TFCOURSE_FAST": "0" if cold else "1"}
     started = time.monotonic()
     proc = run_cli(paths, report, jobs=2, env=env)
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr[-3000:]
+    if mode in ("bwrap", "unshare") and not cold:  # graded by forks of warm zygotes, not the cold path
+        assert "fast path is off" not in proc.stderr, proc.stderr[-3000:]
     try:
         conn, _ = server.accept()
         conn.close()
@@ -216,7 +226,7 @@ def batch(tmp_path_factory, batch_mode) -> dict:
     server.close()
     data = json.loads(report.read_text())
     return {
-        "mode": mode, "ctx": ctx, "names": names, "paths": paths, "report": data, "stderr": proc.stderr,
+        "mode": mode, "variant": variant, "ctx": ctx, "names": names, "paths": paths, "report": data, "stderr": proc.stderr,
         "rows": dict(zip(names, data["submissions"], strict=True)), "contacted": contacted,
         "leftover": _leftovers(marker, str(jobs)), "changed": _changed(before),
         "subs_changed": _tree_hash(subs) != subs_before, "jobs_left": sorted(p.name for p in jobs.iterdir()),
@@ -237,7 +247,7 @@ def test_catalogue_covers_every_kind_of_threat():
 @pytest.mark.parametrize("attack", ATTACKS, ids=lambda a: a.name)
 def test_hostile_submission(attack: Hostile, batch):
     if attack.name not in batch["rows"]:
-        pytest.skip(_skip_reason(attack, batch["mode"]))
+        pytest.skip(_skip_reason(attack, batch["variant"]))
     row = batch["rows"][attack.name]
     (nb,) = row["notebooks"]
     assert nb["notebook"] == NOTEBOOK and nb["status"] == attack.notebook_status

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import sandbox
+from grader import fastpath, sandbox
 from grader.build import NOTEBOOKS, ROOT, SOLUTIONS
 from grader.runner import Limits
 from tests.adversarial import ATTACKS, EXERCISES, NOTEBOOK
@@ -34,17 +34,22 @@ HOSTILE = ("segfault", "patch_torch", "forge_channel", "peek", "background_proce
 CRASHER = "crasher"
 
 
-def _unshare() -> str:
-    why = sandbox._works("unshare")
-    if why is not None:
-        pytest.skip(f"the fast path needs the unshare sandbox: {why}")
-    return "unshare"
+def _fast_mode() -> str:
+    """The sandbox these tests grade in: the strongest whose fast path runs here (bwrap, the
+    default, else unshare)."""
+    reasons = []
+    for m in fastpath.MODES:
+        why = sandbox._works(m)
+        if why is None:
+            return m
+        reasons.append(why)
+    pytest.skip(f"the fast path needs the bwrap or unshare sandbox: {'; '.join(reasons)}")
 
 
 @pytest.fixture(scope="module")
 def mode(monkeypatch_module) -> str:
-    """The sandbox of these tests: unshare (the fast path's), asked for by name."""
-    m = _unshare()
+    """The sandbox of these tests (see _fast_mode), asked for by name."""
+    m = _fast_mode()
     monkeypatch_module.setenv(sandbox.ENV_VAR, m)
     return m
 
@@ -122,11 +127,11 @@ def _statuses(row: dict) -> dict[str, str]:
     return {e["exercise"]: e["status"] for nb in row["notebooks"] for e in nb["exercises"]}
 
 
-def test_local_class_is_graded_as_expected(local_rows):
+def test_local_class_is_graded_as_expected(local_rows, mode):
     full, partial, *hostile = local_rows
     assert full["score"] == full["max_score"] > 0
     assert set(_statuses(partial).values()) == {"not_attempted"}
-    assert all(r["sandbox"] == "unshare" for r in local_rows)
+    assert all(r["sandbox"] == mode for r in local_rows)
     attacks = {a.name: a for a in ATTACKS}
     for row in hostile:  # the verdicts the adversarial suite expects
         attack = attacks[Path(row["submission"]).name]
@@ -250,27 +255,97 @@ def test_zygote_refuses_to_fork_with_threads_or_shared_memory():
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
-def test_fork_sees_the_unshare_view_and_no_reference(mode, tmp_path):
-    """The forked child's view: the graded notebook's reference module is not importable, the
-    checkout is covered, it is PID 1 of its own namespace and has no capabilities."""
+# What a forked child checks about itself (the probe replaces softmax; each fact is printed as
+# name=True/False). TAG is written into /tmp, /dev/shm and a System V shared memory segment:
+# the next fork of the same zygote must find none of them.
+FORK_PROBE = r"""
+import os
+def softmax(x, dim=-1):
+    import ctypes, importlib, socket, torch
+    libc = ctypes.CDLL(None, use_errno=True)
+    checkout, job, tag = {checkout!r}, {job!r}, {tag!r}
+    facts = {{"pid1": os.getpid() == 1, "hostname": socket.gethostname() == "grader"}}
+    facts["checkout_hidden"] = not os.path.isdir(checkout) or not os.listdir(checkout)
+    try:
+        importlib.import_module("tfcourse.reference.nb01_attention")
+        facts["reference_hidden"] = False
+    except ImportError:
+        facts["reference_hidden"] = True
+    status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    facts["no_capabilities"] = int(status["CapEff"], 16) == 0 and int(status["CapBnd"], 16) == 0
+    facts["no_new_privs"] = status["NoNewPrivs"].strip() == "1"
+    facts["own_job"] = os.path.isfile(os.path.join(job, "job.json"))
+    facts["other_jobs_hidden"] = all(not os.path.isdir(d) or sorted(os.listdir(d)) in ([], [os.path.basename(job)])
+                                     for d in {jobs_dirs!r})
+    facts["job_read_only"] = not os.access(job, os.W_OK) or _cannot_write(os.path.join(job, "x"))
+    facts["no_network"] = _no_network()
+    facts["root_read_only"] = _cannot_write("/" + tag)
+    # what an earlier fork left must be gone; then leave some for the next one
+    home = os.environ["HOME"]
+    left = [os.path.join(d, tag) for d in (home, "/tmp", "/dev/shm")]
+    facts["fresh_scratch"] = not any(os.path.exists(p) for p in left)
+    key = 0x7FC0
+    facts["fresh_ipc"] = libc.shmget(key, 4096, 0) == -1
+    facts["home_writable"] = not _cannot_write(left[0])
+    _cannot_write(left[1])
+    facts["shm_writable"] = not _cannot_write(left[2])
+    libc.shmget(key, 4096, 0o1666)
+    print("FACTS", sorted(facts.items()), flush=True)
+    return torch.softmax(x, dim)
+
+def _cannot_write(path):
+    try:
+        open(path, "w").close()
+        return False
+    except OSError:
+        return True
+
+def _no_network():
+    import socket
+    try:
+        socket.create_connection(("127.0.0.1", 9), timeout=1).close()
+    except OSError as exc:
+        return "unreachable" in str(exc).lower() or getattr(exc, "errno", 0) in (101, 111, 113, 99)
+    return False
+"""
+
+
+@pytest.mark.parametrize("fast_mode", fastpath.MODES)
+def test_fork_makes_the_cold_childs_sandbox(fast_mode, tmp_path, monkeypatch):
+    """Two forks of one zygote, in each mode the fast path serves: each is PID 1 of its own
+    namespace, has no capabilities, sees its own job and not the checkout, the graded notebook's
+    reference or other jobs, and finds nothing the fork before it left in /tmp, /dev/shm or
+    System V IPC. Every child must really be a fork (not the cold path after a failure)."""
     from grader import runner
     from grader.course import load_course
 
+    if (why := sandbox._works(fast_mode)) is not None:
+        pytest.skip(f"sandbox {fast_mode!r} cannot run here: {why}")
+    monkeypatch.setenv(sandbox.ENV_VAR, fast_mode)
+    monkeypatch.delenv(fastpath.ENV_VAR, raising=False)
+    forks = []
+    real_launch = fastpath.launch
+
+    def launch(*args, **kwargs):
+        child = real_launch(*args, **kwargs)
+        forks.append(child)
+        return child
+
+    monkeypatch.setattr(fastpath, "launch", launch)
     nb = load_course()[NOTEBOOK]
-    probe = ("import os\n"
-             "def softmax(x, dim=-1):\n"
-             "    import importlib, torch\n"
-             "    p = {!r}\n"
-             "    facts = [os.getpid() == 1, not os.path.isdir(p) or not os.listdir(p)]\n"
-             "    try:\n"
-             "        importlib.import_module('tfcourse.reference.nb01_attention'); facts.append(False)\n"
-             "    except ImportError:\n"
-             "        facts.append(True)\n"
-             "    caps = [l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1]\n"
-             "    facts.append(int(caps, 16) == 0)\n"
-             "    print('FACTS', facts, flush=True)\n"
-             "    return torch.softmax(x, dim)\n").format(str(ROOT / "solutions"))
-    run = runner.run_notebook(NOTEBOOK, nb.setup, {"softmax": probe},
-                              {"softmax": nb.cases_module().cases("softmax", 0)[:1]},
-                              device="cpu", limits=LIMITS, seed=0)
-    assert "FACTS [True, True, True, True]" in run.output, run.output[-2000:]
+    jobs = sandbox.jobs_folder()
+    # the job folder's path as the child sees it: /job in bwrap, its real path in unshare
+    for _ in range(2):
+        job = sandbox.JOB_VIEW if fast_mode == "bwrap" else None
+        source = FORK_PROBE.format(checkout=str(ROOT / "solutions"), job=job or "@JOB@", tag="tfcourse-fork-probe",
+                                   jobs_dirs=[jobs, sandbox.JOBS_VIEW])
+        if job is None:  # unshare: the probe finds its job folder from its working directory
+            source = source.replace("'@JOB@'", "os.path.dirname(os.getcwd())")
+        run = runner.run_notebook(NOTEBOOK, nb.setup, {"softmax": source},
+                                  {"softmax": nb.cases_module().cases("softmax", 0)[:1]},
+                                  device="cpu", limits=LIMITS, seed=0)
+        line = [ln for ln in run.output.splitlines() if ln.startswith("FACTS")]
+        assert line, run.output[-2000:]
+        facts = dict(eval(line[0][len("FACTS "):]))  # noqa: S307 - our own probe's repr
+        assert all(facts.values()), (fast_mode, {k: v for k, v in facts.items() if not v}, run.output[-1500:])
+    assert len(forks) == 2 and fastpath._broken == "", fastpath._broken

@@ -6,13 +6,13 @@
 Three tables, every command timed as a whole (wall clock), in one run, alternating:
 
 1. One full course submission (every notebook, the reference code in each solution cell):
-   ``python -m grader SUB`` with the fast path (``--sandbox unshare``: warm zygote, a fork per
-   notebook), the cold path in the same sandbox (``TFCOURSE_FAST=0``: a fresh interpreter that
-   imports torch per notebook), the cold path in bubblewrap (the default sandbox where it works),
-   and with ``--nbgrader`` ``nbgrader autograde`` of the same notebooks (one assignment per
-   notebook, run one after another, in a temporary course built as in grader_vs_nbgrader.py).
+   ``python -m grader SUB`` with the fast path (warm zygote, a fork per notebook) and the cold
+   path (``TFCOURSE_FAST=0``: a fresh interpreter that imports torch per notebook), each in
+   bubblewrap (the default sandbox) and in the unshare sandbox, and with ``--nbgrader``
+   ``nbgrader autograde`` of the same notebooks (one assignment per notebook, run one after
+   another, in a temporary course built as in grader_vs_nbgrader.py), in the same alternation.
 2. A class of ``--class-size`` copies of the notebook-01 submission, ``--notebooks 01_attention``:
-   ``--jobs 2`` vs ``--jobs 1`` (fast path).
+   ``--jobs 2`` vs ``--jobs 1`` (fast path, default sandbox).
 3. The same class through a Dask cluster started here (``dask scheduler`` + 2 ``dask worker``
    processes with one thread each, on 127.0.0.1; started once, untimed) vs the local pool
    ``--jobs 2``.
@@ -52,8 +52,12 @@ def load() -> str:
     return ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def timed(cmd: list[str], env: dict[str, str], report: Path | None = None, cwd: Path = ROOT) -> float:
+def timed(cmd, env: dict[str, str], report: Path | None = None, cwd: Path = ROOT) -> float:
+    """Seconds ``cmd`` took: a command line, or a function that runs and checks its own work."""
     start = time.perf_counter()
+    if callable(cmd):
+        cmd()
+        return time.perf_counter() - start
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
@@ -131,27 +135,32 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copy(SOLUTIONS / f"{n}.ipynb", full)
         report = tmp / "report.json"
         base = {**os.environ}
-        fast = {**base, "TFCOURSE_SANDBOX": "unshare"}
+        fast = {**base, "TFCOURSE_SANDBOX": "bwrap"}
         cold = {**fast, "TFCOURSE_FAST": "0"}
-        bwrap = {**base, "TFCOURSE_SANDBOX": "bwrap"}
+        fast_unshare = {**base, "TFCOURSE_SANDBOX": "unshare"}
+        cold_unshare = {**fast_unshare, "TFCOURSE_FAST": "0"}
         one = [*py, str(full), "--quiet", "--json", str(report)]
         print(f"Machine: {gvn.machine()}")
         print(f"\nload average before table 1: {load()}")
-        commands = {"fast path (unshare, warm zygote)": (one, fast, report),
-                    "cold path (unshare)": (one, cold, report),
-                    "cold path (bwrap, the default sandbox)": (one, bwrap, report)}
-        times = alternate(commands, args.repeats) if "1" in args.tables else {}
+        commands = {}
+        if "1" in args.tables:
+            commands = {"fast path (bwrap, the default)": (one, fast, report),
+                        "cold path (bwrap, TFCOURSE_FAST=0)": (one, cold, report),
+                        "fast path (unshare)": (one, fast_unshare, report),
+                        "cold path (unshare, TFCOURSE_FAST=0)": (one, cold_unshare, report)}
         if args.nbgrader or "n" in args.tables:
             cmds, course, env = nbgrader_full(tmp / "nbg", notebooks)
-            times[NBG] = []
-            for _ in range(args.repeats):
-                start = time.perf_counter()
+            max_score = sum(_nbgrader_max(course, n) for n in notebooks)
+
+            def nbgrader() -> None:
                 for c in cmds:
                     gvn.run(c, course, env)
-                times[NBG].append(time.perf_counter() - start)
                 score = sum(_nbgrader_score(course, n) for n in notebooks)
-                print(f"  run: nbgrader: {times[NBG][-1]:.1f} s, "
-                      f"score {score}", file=sys.stderr)
+                if score != max_score:
+                    sys.exit(f"nbgrader autograde gave {score} of {max_score}: not timing a wrong result")
+
+            commands[NBG] = (nbgrader, env, None)
+        times = alternate(commands, args.repeats) if commands else {}
         if times:
             table(f"Table 1: one full submission ({len(notebooks)} notebooks), {args.repeats} timed runs after a "
               "warm-up", times, next(iter(times)))
@@ -203,6 +212,13 @@ def main(argv: list[str] | None = None) -> int:
                 pass
             proc.wait()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _nbgrader_max(course: Path, assignment: str) -> float:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "tfcourse") as gb:
+        return gb.find_assignment(assignment).max_score
 
 
 def _nbgrader_score(course: Path, assignment: str) -> float:

@@ -106,6 +106,71 @@ def reference_module(notebook: str, source_nb) -> str:
     return "\n\n".join(parts)
 
 
+#: ``tfcourse/reference/__init__.py``. ``learner-env`` rewrites its ``NOTEBOOKS = ...`` line to the
+#: notebooks it keeps; ``COURSE`` stays the whole course. A course notebook's module that NOTEBOOKS
+#: leaves out then raises a ModuleNotFoundError that says why (a demo cell after an exercise
+#: imports its own notebook's reference: a bare "No module named" reads as a broken install). The
+#: grader's library copy keeps NOTEBOOKS whole and only deletes files: the ordinary error there,
+#: which the feedback explains (tfcourse/checks/_core.py).
+REFERENCE_INIT = '''\
+"""Reference components exported from the solution notebooks by `python -m grader.build`.
+
+Later notebooks import earlier notebooks' components from here, so a learner who is stuck
+on one notebook can still do the next. GENERATED: do not edit.
+
+NOTEBOOKS names the notebooks whose module this install holds (a learner environment built by
+`python -m grader.instructor learner-env --through NN` only those up to NN), COURSE all of them.
+Importing a course notebook's module left out here raises ModuleNotFoundError saying why.
+"""
+
+import importlib.abc as _abc
+import sys as _sys
+
+NOTEBOOKS = {notebooks}
+COURSE = {notebooks}
+
+_UNRELEASED = {{f"{{__name__}}.nb{{n}}": n for n in COURSE if n not in NOTEBOOKS}}
+
+
+def _not_released(name: str) -> ModuleNotFoundError:
+    notebook = _UNRELEASED[name]
+    number = notebook.split("_", 1)[0]
+    return ModuleNotFoundError(
+        f"No module named {{name!r}}: the reference solutions of notebook {{number}} ({{notebook}}) "
+        "are not in this course environment yet. Your instructor releases them after that "
+        "notebook's due date.\\n"
+        "If this cell only compares your code with the reference, or demonstrates it, skip it: "
+        "your own implementation above is what is graded, not this cell.\\n"
+        f"To run it later: once notebook {{number}}'s reference is released, ask your instructor "
+        "for the updated course package (or reinstall it), then restart the kernel.",
+        name=name)
+
+
+class _NotReleasedFinder(_abc.MetaPathFinder):
+    """Last on sys.meta_path: asked only when no other finder has the module."""
+
+    tfcourse_reference = __name__
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in _UNRELEASED:
+            raise _not_released(fullname)
+        return None
+
+
+if _UNRELEASED:
+    _sys.meta_path[:] = [f for f in _sys.meta_path
+                         if getattr(f, "tfcourse_reference", None) != __name__]  # a reload's
+    _sys.meta_path.append(_NotReleasedFinder())
+
+    def __getattr__(name: str):
+        # `from tfcourse.reference import nbNN_x` asks hasattr first and would swallow the
+        # finder's error into "cannot import name"
+        if f"{{__name__}}.{{name}}" in _UNRELEASED:
+            raise _not_released(f"{{__name__}}.{{name}}")
+        raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
+'''
+
+
 def outputs() -> dict[Path, str]:
     """Every generated file and its text."""
     files: dict[Path, str] = {}
@@ -116,12 +181,7 @@ def outputs() -> dict[Path, str]:
         source_nb = nbformat.read(path, as_version=4)
         files[NOTEBOOKS / path.name] = jupyterlab_text(release(source_nb))
         files[REFERENCE / f"{module_name(notebook)}.py"] = reference_module(notebook, source_nb)
-    files[REFERENCE / "__init__.py"] = (
-        '"""Reference components exported from the solution notebooks by `python -m grader.build`.\n\n'
-        "Later notebooks import earlier notebooks' components from here, so a learner who is stuck\n"
-        'on one notebook can still do the next. GENERATED: do not edit.\n"""\n\n'
-        f"NOTEBOOKS = {json.dumps(names)}\n"
-    )
+    files[REFERENCE / "__init__.py"] = REFERENCE_INIT.format(notebooks=json.dumps(names))
     return files
 
 

@@ -512,6 +512,77 @@ def test_learner_env_folder_holds_no_answer_key_past_through(tmp_path) -> None:
     assert (tmp_path / "tfcourse" / "checks" / "nb07_gqa_mla").is_dir()  # checks of every notebook
 
 
+REFERENCE_PROBE = r'''
+import importlib, json, sys
+
+import tfcourse
+assert tfcourse.__file__.startswith(sys.argv[1]), tfcourse.__file__
+out = {}
+for key, stmt in [("import", "import tfcourse.reference.nb03_positional_encodings"),
+                  ("from", "from tfcourse.reference.nb03_positional_encodings import apply_rope"),
+                  ("fromlist", "from tfcourse.reference import nb04_normalisation"),
+                  ("present", "from tfcourse.reference.nb02_multi_head_attention import MultiHeadAttention"),
+                  ("nope", "import tfcourse.reference.nope"),
+                  ("typo", "import tfcourse.reference.nb03_positional"),
+                  ("hidden02", "import tfcourse.reference.nb02_multi_head_attention")]:
+    try:
+        exec(stmt, {})
+        out[key] = ["ok"]
+    except ImportError as exc:  # the new error must still be caught here
+        out[key] = [type(exc).__name__, exc.name, str(exc)]
+print("RESULT " + json.dumps(out))
+'''
+
+
+def _probe_references(lib: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PYTHONPATH"] = str(lib)
+    proc = subprocess.run([sys.executable, "-c", REFERENCE_PROBE, str(lib)], cwd=lib, env=env,
+                          capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    import json
+
+    return json.loads(lines[0].removeprefix("RESULT "))
+
+
+def test_learner_env_says_why_a_later_reference_is_missing(tmp_path) -> None:
+    """Built --through 02, a demo cell of notebook 03 that imports nb03's reference gets a
+    ModuleNotFoundError that says the reference is not released yet and that the learner's own
+    code is what is graded, not a bare "No module named" (read as a broken install)."""
+    assert main(["learner-env", "--through", NB2, "--out", str(tmp_path), "--folder"]) == 0
+    result = _probe_references(tmp_path)
+    assert result["present"] == ["ok"] and result["hidden02"] == ["ok"], result
+    for key, module, number in (("import", "nb03_positional_encodings", "03"),
+                                ("from", "nb03_positional_encodings", "03"),
+                                ("fromlist", "nb04_normalisation", "04")):
+        kind, name, message = result[key]
+        assert (kind, name) == ("ModuleNotFoundError", f"tfcourse.reference.{module}"), result[key]
+        assert message.startswith(f"No module named 'tfcourse.reference.{module}': the reference "
+                                  f"solutions of notebook {number} "), message
+        for words in ("not in this course environment yet", "after that notebook's due date",
+                      "your own implementation above is what is graded", "skip it",
+                      "ask your instructor"):
+            assert words in message, (words, message)
+    # not a course notebook's module: the ordinary error
+    assert result["nope"] == ["ModuleNotFoundError", "tfcourse.reference.nope",
+                              "No module named 'tfcourse.reference.nope'"], result["nope"]
+    assert result["typo"][2] == "No module named 'tfcourse.reference.nb03_positional'", result["typo"]
+
+
+def test_grader_library_copy_keeps_the_ordinary_error(tmp_path) -> None:
+    """The grader's copy for notebook 02 deletes nb02 on: importing it still fails, with the
+    ordinary error (the feedback adds why, tfcourse/checks/_core.py), not the learner
+    environment's "not released yet" (the grader hides it whatever the date)."""
+    from grader.runner import _library_copy
+
+    _library_copy(tmp_path, NB2)
+    result = _probe_references(tmp_path)
+    assert result["hidden02"] == ["ModuleNotFoundError", "tfcourse.reference.nb02_multi_head_attention",
+                                  "No module named 'tfcourse.reference.nb02_multi_head_attention'"], result
+    assert result["import"][2] == "No module named 'tfcourse.reference.nb03_positional_encodings'", result
+
+
 def test_visible_check_without_the_reference_says_why() -> None:
     """In a learner environment without this notebook's reference, a check whose exercise calls a
     failing one cannot stand the course's version in: it fails and says why (with the

@@ -4,7 +4,9 @@ A wheel (or a folder for PYTHONPATH) holding ``tfcourse`` with its visible check
 and widgets, the reference code (``tfcourse.reference``) of the notebooks up to ``--through`` only
 (later notebooks import earlier components from there), and no ``grader`` (the hidden cases).
 The checkout's files are copied as they are, except ``tfcourse/reference/``: past ``--through``
-its modules are left out and its ``NOTEBOOKS`` list names only those kept.
+its modules are left out and its ``NOTEBOOKS`` list names only those kept (importing a module
+left out then raises a ModuleNotFoundError saying it is not released yet: grader/build.py's
+``REFERENCE_INIT``).
 """
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ def grade_batch(submissions: list[str], *, notebooks: list[str] | None = None, d
         from . import fastpath, sandbox
 
         # the zygotes import torch while this process draws the cases and runs the reference
-        fastpath.prestart(min(jobs, len(submissions)), sandbox.choose())
+        fastpath.prestart(min(jobs, len(submissions)), sandbox.choose(), device)
         if on_row is not None:
             return _grade_here_each(submissions, grade, notebooks, jobs, quiet, on_row)
         if len(submissions) == 1:

@@ -65,10 +65,12 @@ def enabled(box: sandbox.Sandbox) -> bool:
 
 def _key(box: sandbox.Sandbox, device: str) -> tuple:
     """What a zygote's view depends on: the unshare one on nothing (each fork makes the whole
-    view), the bwrap one on the device (GPU nodes) and the folders protect() covers."""
+    view), the bwrap one on the device (GPU nodes) and the secret folders it covers (those
+    protect() adds inside a folder the view shows; a Dask worker protects a new folder per task,
+    outside any of them, which must not cost a new zygote)."""
     if box.mode == "unshare":
         return ("unshare",)
-    return ("bwrap", device.startswith("cuda"), tuple(sandbox.protected()))
+    return ("bwrap", device.startswith("cuda"), tuple(sandbox.bwrap_covered(device)))
 
 
 def status(box: sandbox.Sandbox) -> str:
@@ -222,7 +224,7 @@ def _get(key: tuple, box: sandbox.Sandbox, device: str) -> Zygote:
                     if z.key == key:
                         _free.remove(z)
                         return z
-                    if len(key) == 3 and z.key[:2] == key[:2]:  # protect() added a folder since
+                    if len(key) == 3 and z.key[:2] == key[:2]:  # protect() added a covered folder since
                         _free.remove(z)
                         _all.remove(z)
                         stale.append(z)

@@ -237,6 +237,15 @@ def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: 
     return argv + inner
 
 
+def bwrap_covered(device: str = "cpu") -> list[str]:
+    """The secret folders the bwrap view covers with an empty tmpfs because they lie inside a
+    folder it shows (checkout, installed course packages, :func:`protect`'s folders): what a
+    zygote's view depends on besides the device. A protected folder elsewhere (a batch's
+    submissions under /tmp, say) is simply absent from the view and does not count."""
+    argv = _bwrap_argv(Path(JOB_VIEW), [], device=device, scratch_bytes=1, jobs=JOBS_VIEW)
+    return [argv[i + 1] for i, a in enumerate(argv) if a == "--remount-ro"]
+
+
 def bwrap_tmp_binds() -> list[str]:
     """The folders the bwrap view binds inside its /tmp (a Python installation under /tmp, as
     CI's checkout makes): a fast path fork mounts a fresh /tmp and binds them again."""

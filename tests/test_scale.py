@@ -355,3 +355,17 @@ def test_fork_makes_the_cold_childs_sandbox(fast_mode, tmp_path, monkeypatch):
         facts = dict(eval(line[0][len("FACTS "):]))  # noqa: S307 - our own probe's repr
         assert all(facts.values()), (fast_mode, {k: v for k, v in facts.items() if not v}, run.output[-1500:])
     assert len(forks) == 2 and fastpath._broken == "", fastpath._broken
+
+
+def test_a_zygote_view_depends_only_on_folders_it_would_show(tmp_path, monkeypatch):
+    """A Dask worker protects a new folder per task (outside the view): the bwrap zygote is kept.
+    A protected folder inside a folder the view shows must be covered: a new zygote."""
+    monkeypatch.setattr(sandbox, "_protected", set())
+    box = sandbox.Sandbox("bwrap")
+    before = fastpath._key(box, "cpu")
+    sandbox.protect([tmp_path / "tfcourse-submission-1"])
+    assert fastpath._key(box, "cpu") == before
+    inside = Path(sys.prefix) / "tfcourse-test-not-created"
+    sandbox.protect([inside])
+    assert fastpath._key(box, "cpu") != before and str(inside) in fastpath._key(box, "cpu")[2]
+    assert fastpath._key(box, "cuda") != fastpath._key(box, "cpu")

@@ -248,7 +248,11 @@ def test_catalogue_covers_every_kind_of_threat():
 def test_hostile_submission(attack: Hostile, batch):
     if attack.name not in batch["rows"]:
         pytest.skip(_skip_reason(attack, batch["variant"]))
-    row = batch["rows"][attack.name]
+    assert_verdict(attack, batch["rows"][attack.name])
+
+
+def assert_verdict(attack: Hostile, row: dict) -> None:
+    """``row`` (one submission, notebook 01) is what the catalogue expects of ``attack``."""
     (nb,) = row["notebooks"]
     assert nb["notebook"] == NOTEBOOK and nb["status"] == attack.notebook_status
     assert [ex["exercise"] for ex in nb["exercises"]] == list(EXERCISES)

@@ -3,7 +3,9 @@ Dask cluster (grader/batch.py).
 
 The cluster is real: a scheduler and two workers started as separate processes on 127.0.0.1
 (``dask scheduler`` / ``dask worker``), with ``allowed-failures`` 1 so that a submission that kills
-its worker twice is given up. Every test grades notebook 01 only (CI time).
+its worker twice is given up. Every test grades notebook 01 only (CI time). The whole
+adversarial catalogue (tests/adversarial) is graded on the cluster too, each attack getting the
+verdict tests/test_adversarial.py expects of it there.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from grader import fastpath, sandbox
 from grader.build import NOTEBOOKS, ROOT, SOLUTIONS
 from grader.runner import Limits
 from tests.adversarial import ATTACKS, EXERCISES, NOTEBOOK
-from tests.test_adversarial import build_submission
+from tests.test_adversarial import _skip_reason, assert_verdict, build_submission
 
 distributed = pytest.importorskip("distributed")
 
@@ -178,6 +180,21 @@ def test_killing_a_worker_mid_batch_still_gives_every_submission_a_row(cluster, 
     rows = result["rows"]
     assert [r["submission"] for r in rows] == subs
     assert _same(rows) == _same([local_rows[0], local_rows[1]] * 3)
+    cluster.wait_for_workers(2, timeout=180)
+
+
+@pytest.mark.adversarial
+def test_every_hostile_submission_gets_its_verdict_on_the_cluster(cluster, mode, tmp_path):
+    """The adversarial catalogue (every attack the sandbox here can safely run) graded on the
+    Dask cluster: each submission gets the verdict tests/test_adversarial.py expects of it."""
+    ctx = {"SLEEP": "100000.7", "PORT": "9", "ROOT": str(ROOT), "LIBRARY": str(ROOT / "tfcourse"),
+           "SUBMISSIONS": str(tmp_path), "REPORT": str(tmp_path / "report.json"), "SECRET": "secret-dask"}
+    chosen = [a for a in ATTACKS if _skip_reason(a, mode) is None]
+    subs = [str(build_submission(a, tmp_path / "hostile", ctx)) for a in chosen]
+    rows = _grade(subs, scheduler=cluster)
+    assert [r["submission"] for r in rows] == subs
+    for attack, row in zip(chosen, rows, strict=True):
+        assert_verdict(attack, row)
     cluster.wait_for_workers(2, timeout=180)
 
 

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import nbformat
-
 __all__ = [
     "UnreadableNotebook",
     "SolutionCell",
@@ -83,6 +81,10 @@ def read_notebook(path: str | Path) -> Any:
     except json.JSONDecodeError as exc:  # say where, without quoting the file
         raise UnreadableNotebook(f"{path.name} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
                                  f"{exc.msg})") from None
+    import nbformat  # here, not at the top: importing it costs about a second (its validator), and
+    # the learner's kernel, the grader's children and the fast path's zygotes import this module
+    # for its other helpers
+
     try:
         nb = nbformat.reads(text, as_version=4)
     except Exception as exc:  # nbformat raises several kinds for JSON and schema errors

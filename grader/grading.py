@@ -170,6 +170,7 @@ def _judge_run(nb: Notebook, ex: Exercise, run: ExerciseRun, cases: list[Case],
         return _exercise(name, "error", points, f"✗ {name}: {where} {o.error_line()}{extra}{note}")
     passed, first = 0, None
     part_ok: dict[str, list[bool]] = {part: [] for part, _ in ex.parts}
+    part_first: dict[str, Any] = {}  # the first failed check of each test cell
     for case, outcomes in zip(cases, run.outcomes, strict=True):
         for o in outcomes:
             if o.kind == "error" and o.error_type == "NotImplementedError":
@@ -187,30 +188,42 @@ def _judge_run(nb: Notebook, ex: Exercise, run: ExerciseRun, cases: list[Case],
         part_ok[case.part].append(result.status == "passed")
         if result.status == "passed":
             passed += 1
-        elif first is None:
-            first = result
+        else:
+            first = first or result
+            part_first.setdefault(case.part, result)
     total = len(cases)
-    parts = [{"test_cell": test_cell_id(name, part), "passed": bool(part_ok[part]) and all(part_ok[part]),
-              "score": pts if part_ok[part] and all(part_ok[part]) else 0.0, "max_score": pts}
-             for part, pts in ex.parts]
+    parts = []
+    for part, pts in ex.parts:
+        ok, cell = bool(part_ok[part]) and all(part_ok[part]), test_cell_id(name, part)
+        n = len(part_ok[part])
+        feedback = (f"✓ {cell}: all {n} checks of this test cell passed" if ok else
+                    f"{_failure_text(part_first[part], name, limits)}\n  ({sum(part_ok[part])} of {n} "
+                    f"checks of this test cell passed)" if part in part_first else "")
+        parts.append({"test_cell": cell, "passed": ok, "score": pts if ok else 0.0, "max_score": pts,
+                      "feedback": feedback})
     score = round(sum(p["score"] for p in parts), 4)
     if first is None and all(p["passed"] for p in parts):
         return _exercise(name, "passed", points, f"✓ {name}: all {total} checks passed{note}", score=score,
                          cases_passed=passed, cases_total=total, parts=parts)
     if first is None:  # a part without cases: a course bug, never free points
         raise CourseError(f"{nb.name}: {name} has a test cell that no case scores")
-    message = first.message
-    if first.error is not None and _memory_error(first.error):
-        message = f"✗ {name}: {_memory_text(limits)}\n" + \
-            "\n".join(message.splitlines()[1:])
-    elif first.error is not None and _limit_note(first.error, limits):
-        message += f"\n  ({_limit_note(first.error, limits)})"
+    message = _failure_text(first, name, limits)
     status = "error" if first.status == "error" else "failed"
     summary = f"{passed} of {total} checks passed"
     if len(parts) > 1:
         summary += "; " + ", ".join(f"{p['test_cell']} {p['score']:g}/{p['max_score']:g}" for p in parts)
     return _exercise(name, status, points, f"{message}\n  ({summary}){note}", score=score,
                      cases_passed=passed, cases_total=total, parts=parts)
+
+
+def _failure_text(result: Any, name: str, limits: Limits) -> str:
+    """A failed check's message, with what the limits had to do with it."""
+    message = result.message
+    if result.error is not None and _memory_error(result.error):
+        message = f"✗ {name}: {_memory_text(limits)}\n" + "\n".join(message.splitlines()[1:])
+    elif result.error is not None and _limit_note(result.error, limits):
+        message += f"\n  ({_limit_note(result.error, limits)})"
+    return message
 
 
 def _calls_any(source: str, names: set[str]) -> set[str]:

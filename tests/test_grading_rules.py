@@ -446,3 +446,39 @@ def test_submissions_here_are_built_from_existing_cells():
                nbformat.read(SOLUTIONS / f"{notebook}.ipynb", as_version=4).cells}
         assert set(replaced) | set(added or {}) <= ids
     assert Path(SOLUTIONS).is_dir()
+
+
+GELU_WRONG_TANH = '''
+import math
+import torch
+
+def gelu(x, approximate="none"):
+    if approximate not in ("none", "tanh"):
+        raise ValueError(approximate)
+    h = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    if approximate == "tanh":  # 0.5 instead of 0.044715: the tanh test cell must say so, the core one pass
+        y = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.5 * h ** 3)))
+    else:
+        y = 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))
+    return y.to(x.dtype)
+'''
+
+
+def test_each_test_cell_of_an_exercise_gets_its_own_message(tmp_path):
+    """An exercise with several test cells: each part of the row says what its own checks found,
+    and the autograded notebook shows that under the test cell (not the exercise's first failure
+    under every cell)."""
+    from grader.instructor.grade import _output
+
+    nb = _build("05_feed_forward", {"gelu": GELU_WRONG_TANH})
+    nbformat.write(nb, tmp_path / "05_feed_forward.ipynb")
+    row = grade_submission(tmp_path, notebooks=["05_feed_forward"])
+    (ex,) = [e for e in row["notebooks"][0]["exercises"] if e["exercise"] == "gelu"]
+    core, tanh = ex["parts"]
+    assert ex["status"] == "failed" and core["passed"] and not tanh["passed"], ex
+    assert core["feedback"].startswith(f"✓ {core['test_cell']}: all ") and "✗" not in core["feedback"]
+    assert tanh["feedback"].startswith("✗") and "checks of this test cell passed" in tanh["feedback"]
+    assert "tanh" in tanh["feedback"], tanh["feedback"]
+    shown = {p["test_cell"]: "\n".join(_output(p, ex).get("traceback", [])) or _output(p, ex)["text"]
+             for p in ex["parts"]}
+    assert "✗" not in shown[core["test_cell"]] and tanh["feedback"].splitlines()[0] in shown[tanh["test_cell"]]

@@ -169,7 +169,10 @@ def _output(part: dict, exercise: dict):
 
     head = (f"tfcourse grader: {part['score']:g} of {part['max_score']:g} points for this test cell "
             f"({exercise['status']})")
-    text = f"{head}\n{exercise['feedback']}".rstrip("\n") + "\n"
+    # the test cell's own verdict where the exercise has several (which of its checks failed);
+    # the exercise's when it has one, or was not judged check by check (not attempted, crashed)
+    own = part.get("feedback") if len(exercise["parts"]) > 1 else ""
+    text = f"{head}\n{own or exercise['feedback']}".rstrip("\n") + "\n"
     if part["passed"] and part["score"] >= part["max_score"]:
         return nbformat.v4.new_output("stream", name="stdout", text=text)
     return nbformat.v4.new_output("error", ename="GraderVerdict",

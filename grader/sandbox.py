@@ -227,7 +227,7 @@ def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: 
     # Anything secret that lies inside a folder the child needs is covered by an empty tmpfs: the
     # course checkout and packages, and the folders around the submissions and reports (protect).
     covered: list[str] = []
-    for secret in sorted({*hidden_paths(), *_protected}, key=len):
+    for secret in sorted({*hidden_paths(), *protected()}, key=len):
         if any(_under(secret, v) for v in visible) and not any(_under(secret, c) for c in covered):
             argv += ["--size", "4096", "--tmpfs", secret, "--remount-ro", secret]
             covered.append(secret)
@@ -341,6 +341,7 @@ os.execv(program[0], program)
 """
 
 _protected: set[str] = set()
+_protect_lock = threading.Lock()
 _jobs: list[str] = []
 
 
@@ -358,16 +359,19 @@ def jobs_folder() -> str:
 
 def protect(paths) -> None:
     """Folders the unshare view covers too (e.g. the folders holding the batch's submissions,
-    the folders reports are written to). "/" and folders in or around the system's are ignored."""
+    the folders reports are written to). "/" and folders in or around the system's are ignored.
+    Thread-safe (a Dask worker's tasks call it from several threads)."""
     for path in paths:
         real = _real(str(path))
         if real != "/" and not any(_under(real, s) or _under(s, real) for s in SYSTEM_DIRS):
-            _protected.add(real)
+            with _protect_lock:
+                _protected.add(real)
 
 
 def protected() -> list[str]:
-    """The folders :func:`protect` was given (real paths, sorted)."""
-    return sorted(_protected)
+    """The folders :func:`protect` was given (real paths, sorted; a copy)."""
+    with _protect_lock:
+        return sorted(_protected)
 
 
 def _unshare_spec(job_dir: str, scratch: str, *, device: str, scratch_bytes: int) -> dict:
@@ -383,7 +387,7 @@ def _unshare_spec(job_dir: str, scratch: str, *, device: str, scratch_bytes: int
             cover.append(path)
         elif os.path.isfile(path):
             mask.append(path)
-    cover += hidden_paths() + sorted(_protected) + [str(Path(job_dir).parent)]
+    cover += hidden_paths() + protected() + [str(Path(job_dir).parent)]
     cover = [c for c in dict.fromkeys(cover) if c != "/" and not any(_under(s, c) for s in SYSTEM_DIRS)]
     keep = [*_python_dirs(), job_dir, *(f for f in ETC_FILES if os.path.exists(f)), *DEV_NODES]
     for var in ("LD_LIBRARY_PATH", "CUDA_HOME"):

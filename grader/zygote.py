@@ -30,6 +30,7 @@ than one thread (an OpenMP pool would be broken in the fork) or with a writable 
 import ctypes
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -41,6 +42,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, AT_RECURSIVE, SYS_MOUNT_SETATTR = 1, 2, 0x8000, 442
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -132,6 +134,18 @@ def _tmpfs(path: str, size: int, flags: int = 0) -> None:
     _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | flags, f"size={size},mode=755")
 
 
+def _loopback_up() -> None:
+    """Bring up the new network namespace's loopback (127.0.0.1, as bubblewrap does): the child
+    can talk to itself, and to nothing else."""
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+
+
 def _bwrap_view(view: dict) -> None:
     """B, in a zygote's bubblewrap view: make exactly the cold bwrap child's view. /job becomes
     this job's folder (from /jobs, then covered: the other jobs vanish), a fresh size-limited /tmp
@@ -160,8 +174,10 @@ def _bwrap_view(view: dict) -> None:
     os.chdir(os.path.join(view["scratch"], "work"))
 
 
-def _pid1(job: dict, channel: int) -> None:
-    """B: finish the sandbox, then run the job's child (never returns)."""
+def _pid1(job: dict, channel: int, status_w: int) -> None:
+    """B: finish the sandbox, fork C to run the job's child, and stay PID 1 of the namespace as
+    a small init (as bubblewrap's): it keeps its death signal (learner code runs in C and cannot
+    clear it), reaps, and hands C's wait status to A through ``status_w`` (never returns)."""
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     _check(libc.mount(b"none", b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) == 0, "private mounts")
     _check(libc.mount(b"proc", b"/proc", b"proc", ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC), None) == 0,
@@ -173,7 +189,32 @@ def _pid1(job: dict, channel: int) -> None:
         view = job["view_script"].replace("os.execv(program[0], program)", "")
         sys.argv = ["view", json.dumps(job["spec"])]
         exec(compile(view, "<tfcourse unshare view>", "exec"), {"__name__": "view"})
+    if job["view"] == "bwrap":
+        _loopback_up()  # as bubblewrap gives its children
     _drop_capabilities()
+    child = os.fork()
+    if child == 0:
+        os.close(status_w)
+        _child(job, channel)
+    # the init: nothing of the job's, only its status
+    for fd in (0, 1, 2, channel):
+        os.close(fd)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # as PID 1, ignored from inside
+        signal.signal(sig, signal.SIG_DFL)
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            os._exit(125)
+        except InterruptedError:
+            continue
+        if pid == child:
+            os.write(status_w, status.to_bytes(4, "little"))
+            os._exit(0)  # the namespace's other processes die with it
+
+
+def _child(job: dict, channel: int) -> None:
+    """C (PID 2, as a cold bwrap child): the job's child.py, as the cold path runs it."""
     sys.argv = [os.path.join(job["job"], "child.py"), job["job"], str(channel)]  # as the cold child's
     os.environ.clear()
     os.environ.update(job["env"])
@@ -217,14 +258,19 @@ def _pid1(job: dict, channel: int) -> None:
 def _fork_a(job: dict, channel: int, output: int) -> None:
     """A: isolate, fork B, wait for it (never returns)."""
     try:
+        zygote = os.getppid()
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the zygote killed: so is this job
+        if os.getppid() != zygote:
+            os._exit(125)
         os.setsid()
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(output, 1)
         os.dup2(output, 2)
         os.dup2(channel, 3)
-        os.closerange(4, 1 << 16)
+        os.closerange(4, min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 1 << 20))  # nr_open's default
         channel = 3
+        status_r, status_w = os.pipe()
         uid, gid = os.getuid(), os.getgid()
         flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
         _check(libc.unshare(flags) == 0, "unshare")
@@ -233,11 +279,16 @@ def _fork_a(job: dict, channel: int, output: int) -> None:
         _write("/proc/self/gid_map", f"0 {gid} 1")
         pid = os.fork()
         if pid == 0:
-            _pid1(job, channel)
+            os.close(status_r)
+            _pid1(job, channel, status_w)
+        os.close(status_w)
         os.close(channel)
         os.close(1)
         os.close(2)
         _, status = os.waitpid(pid, 0)
+        child = os.read(status_r, 4)
+        if len(child) == 4:  # B reported C's status: the job's child's own end
+            status = int.from_bytes(child, "little")
     except BaseException as exc:  # noqa: BLE001
         _report(exc)
         os._exit(125)

@@ -251,8 +251,8 @@ def test_instructor_grade_on_the_cluster_writes_the_same_gradebook(cluster, mode
 # the fast path itself
 # ---------------------------------------------------------------------------------------------
 def _pids_masked(rows) -> str:
-    """_same, with the PID background_process prints masked: under bwrap a cold child is PID 2
-    (bubblewrap's init is PID 1), a fork is PID 1 of its namespace (as every unshare child)."""
+    """_same, with the PID background_process prints masked: a cold unshare child is PID 1 of
+    its namespace, a fork (like a cold bwrap child) PID 2 under a small init."""
     return re.sub(r"BACKGROUND-STARTED \d+", "BACKGROUND-STARTED N", _same(rows))
 
 
@@ -287,7 +287,8 @@ def softmax(x, dim=-1):
     import ctypes, importlib, socket, torch
     libc = ctypes.CDLL(None, use_errno=True)
     checkout, job, tag = {checkout!r}, {job!r}, {tag!r}
-    facts = {{"pid1": os.getpid() == 1, "hostname": socket.gethostname() == "grader"}}
+    facts = {{"pid2_under_init": (os.getpid(), os.getppid()) == (2, 1),
+              "hostname": socket.gethostname() == "grader"}}
     facts["checkout_hidden"] = not os.path.isdir(checkout) or not os.listdir(checkout)
     try:
         importlib.import_module("tfcourse.reference.nb01_attention")
@@ -302,6 +303,7 @@ def softmax(x, dim=-1):
                                      for d in {jobs_dirs!r})
     facts["job_read_only"] = not os.access(job, os.W_OK) or _cannot_write(os.path.join(job, "x"))
     facts["no_network"] = _no_network()
+    facts["loopback"] = _loopback() == {loopback!r}
     facts["root_read_only"] = _cannot_write("/" + tag)
     # what an earlier fork left must be gone; then leave some for the next one
     home = os.environ["HOME"]
@@ -323,6 +325,19 @@ def _cannot_write(path):
     except OSError:
         return True
 
+def _loopback():
+    import socket
+    server = socket.socket()
+    try:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        socket.create_connection(server.getsockname(), timeout=1).close()
+        return True
+    except OSError:
+        return False
+    finally:
+        server.close()
+
 def _no_network():
     import socket
     try:
@@ -335,10 +350,11 @@ def _no_network():
 
 @pytest.mark.parametrize("fast_mode", fastpath.MODES)
 def test_fork_makes_the_cold_childs_sandbox(fast_mode, tmp_path, monkeypatch):
-    """Two forks of one zygote, in each mode the fast path serves: each is PID 1 of its own
-    namespace, has no capabilities, sees its own job and not the checkout, the graded notebook's
-    reference or other jobs, and finds nothing the fork before it left in /tmp, /dev/shm or
-    System V IPC. Every child must really be a fork (not the cold path after a failure)."""
+    """Two forks of one zygote, in each mode the fast path serves: each is PID 2 of its own
+    namespace under a small init (as a cold bwrap child), has no capabilities, sees its own job
+    and not the checkout, the graded notebook's reference or other jobs, has a loopback where
+    the cold child has one (bwrap), and finds nothing the fork before it left in /tmp, /dev/shm
+    or System V IPC. Every child must really be a fork (not the cold path after a failure)."""
     from grader import runner
     from grader.course import load_course
 
@@ -361,7 +377,7 @@ def test_fork_makes_the_cold_childs_sandbox(fast_mode, tmp_path, monkeypatch):
     for _ in range(2):
         job = sandbox.JOB_VIEW if fast_mode == "bwrap" else None
         source = FORK_PROBE.format(checkout=str(ROOT / "solutions"), job=job or "@JOB@", tag="tfcourse-fork-probe",
-                                   jobs_dirs=[jobs, sandbox.JOBS_VIEW])
+                                   jobs_dirs=[jobs, sandbox.JOBS_VIEW], loopback=fast_mode == "bwrap")
         if job is None:  # unshare: the probe finds its job folder from its working directory
             source = source.replace("'@JOB@'", "os.path.dirname(os.getcwd())")
         run = runner.run_notebook(NOTEBOOK, nb.setup, {"softmax": source},
@@ -386,3 +402,64 @@ def test_a_zygote_view_depends_only_on_folders_it_would_show(tmp_path, monkeypat
     sandbox.protect([inside])
     assert fastpath._key(box, "cpu") != before and str(inside) in fastpath._key(box, "cpu")[2]
     assert fastpath._key(box, "cuda") != fastpath._key(box, "cpu")
+
+
+SURVIVOR = """
+import ctypes, os, time
+def softmax(x, dim=-1):
+    libc = ctypes.CDLL(None)
+    libc.prctl(1, 0, 0, 0, 0)  # PR_SET_PDEATHSIG 0: no death signal
+    libc.prctl(15, b"{name}", 0, 0, 0)  # PR_SET_NAME, to be found in the process list
+    try:
+        os.setsid()
+    except OSError:
+        pass
+    time.sleep(600)
+"""
+
+
+def _named(name: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/comm") as fh:
+                if fh.read().strip() == name:
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+@pytest.mark.parametrize("fast_mode", fastpath.MODES)
+def test_learner_code_dies_with_a_killed_grader(fast_mode, tmp_path):
+    """Learner code that clears its death signal and leaves its session must not outlive a
+    grader killed with SIGKILL (no clean-up in the grader at all): the fork's init keeps the
+    death signal, and the zygote kills the job when the grader's socket closes."""
+    if (why := sandbox._works(fast_mode)) is not None:
+        pytest.skip(f"sandbox {fast_mode!r} cannot run here: {why}")
+    name = f"tfsurv{os.getpid() % 100000}"
+    nb = json.loads((SOLUTIONS / f"{NOTEBOOK}.ipynb").read_text())
+    for cell in nb["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "softmax":
+            cell["source"] = SURVIVOR.format(name=name)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / f"{NOTEBOOK}.ipynb").write_text(json.dumps(nb))
+    env = {**os.environ, sandbox.ENV_VAR: fast_mode, "TFCOURSE_FAST": "1"}
+    grader = subprocess.Popen([sys.executable, "-m", "grader", str(tmp_path / "sub"), "--notebooks", NOTEBOOK,
+                               "--timeout", "120", "--quiet", "--json", str(tmp_path / "r.json")],
+                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not _named(name) and time.monotonic() < deadline and grader.poll() is None:
+            time.sleep(0.2)
+        assert _named(name), "the learner code never started"
+    finally:
+        grader.kill()
+        grader.wait()
+    deadline = time.monotonic() + 15
+    while _named(name) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _named(name)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == [], f"learner processes outlived the grader: {left}"

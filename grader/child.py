@@ -50,6 +50,47 @@ def _limit(job: dict) -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an over-long write fails instead of killing us
 
 
+# The kernel keyring calls (add_key, request_key, keyctl) refused with EPERM before learner code
+# runs: the child runs as the grader's user, whose keyrings would otherwise be a channel between
+# submissions and within reach of learner code. (syscall numbers, audit architecture) per
+# machine; on an architecture not listed the child runs without the filter.
+KEYRING_CALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
+
+
+def _refuse_keyrings() -> bool:
+    """Install a seccomp filter refusing KEYRING_CALLS (and, on x86_64, every x32 call). Sets
+    no_new_privs, which a filter needs. Returns whether the filter is in place (Linux only)."""
+    import ctypes
+    import platform
+
+    if sys.platform != "linux" or platform.machine() not in KEYRING_CALLS:
+        return False
+    arch, calls = KEYRING_CALLS[platform.machine()]
+
+    class Instr(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                    ("k", ctypes.c_uint32)]
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Instr))]
+
+    load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    allow, refuse = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    n = len(calls)
+    code = [(load, 0, 0, 4),  # seccomp_data.arch
+            (jeq, 0, n + 3, arch),  # another architecture's call (e.g. i386 on x86_64): refuse
+            (load, 0, 0, 0),  # seccomp_data.nr
+            (jge, n + 1, 0, 0x40000000 if platform.machine() == "x86_64" else 0xFFFFFFFF)]
+    code += [(jeq, n - i, 0, nr) for i, nr in enumerate(calls)]
+    code += [(ret, 0, 0, allow), (ret, 0, 0, refuse)]
+    program = (Instr * len(code))(*[Instr(*c) for c in code])
+    prog = Prog(len(code), program)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        return False
+    return libc.prctl(22, 2, ctypes.byref(prog), 0, 0) == 0  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+
+
 class _Reserve:
     """Address space held back for reporting: released when learner code exhausted the rest."""
 
@@ -139,6 +180,7 @@ def main(job_dir: str, fd: int) -> int:
         job = json.load(fh)
     sys.path.insert(0, os.path.join(job_dir, "lib"))
     _limit(job)
+    _refuse_keyrings()
 
     import torch
     from safetensors.torch import load_file, save

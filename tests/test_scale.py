@@ -305,6 +305,9 @@ def softmax(x, dim=-1):
     facts["no_network"] = _no_network()
     facts["loopback"] = _loopback() == {loopback!r}
     facts["root_read_only"] = _cannot_write("/" + tag)
+    libc.syscall.restype = ctypes.c_long
+    keyctl = {{"x86_64": 250, "aarch64": 219}}.get(os.uname().machine)
+    facts["no_keyrings"] = keyctl is None or (libc.syscall(keyctl, 0, -4, 0) == -1 and ctypes.get_errno() == 1)
     # what an earlier fork left must be gone; then leave some for the next one
     home = os.environ["HOME"]
     left = [os.path.join(d, tag) for d in (home, "/tmp", "/dev/shm")]
@@ -463,3 +466,36 @@ def test_learner_code_dies_with_a_killed_grader(fast_mode, tmp_path):
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert left == [], f"learner processes outlived the grader: {left}"
+
+
+KEYRING_PROBE = """
+import ctypes, os
+def softmax(x, dim=-1):
+    import torch
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    keyctl = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
+    got = libc.syscall(keyctl, 0, -4, 0)  # KEYCTL_GET_KEYRING_ID of the user keyring
+    print("KEYCTL", got, ctypes.get_errno(), flush=True)
+    return torch.softmax(x, dim)
+"""
+
+
+@pytest.mark.parametrize("mode, fast", [("bwrap", "0"), ("unshare", "0"), ("none", "0"), ("bwrap", "1")])
+def test_keyring_calls_are_refused_in_every_child(mode, fast, monkeypatch):
+    """The grader's user's kernel keyrings are out of reach of learner code, cold or forked, in
+    every sandbox (a seccomp filter in child.py refuses add_key, request_key and keyctl)."""
+    from grader import runner
+    from grader.course import load_course
+
+    if os.uname().machine not in ("x86_64", "aarch64") or sys.platform != "linux":
+        pytest.skip("the filter knows x86_64 and aarch64 Linux only")
+    if (why := sandbox._works(mode)) is not None:
+        pytest.skip(f"sandbox {mode!r} cannot run here: {why}")
+    monkeypatch.setenv(sandbox.ENV_VAR, mode)
+    monkeypatch.setenv(fastpath.ENV_VAR, fast)
+    nb = load_course()[NOTEBOOK]
+    run = runner.run_notebook(NOTEBOOK, nb.setup, {"softmax": KEYRING_PROBE},
+                              {"softmax": nb.cases_module().cases("softmax", 0)[:1]},
+                              device="cpu", limits=LIMITS, seed=0)
+    assert "KEYCTL -1 1" in run.output, run.output[-2000:]

@@ -26,6 +26,7 @@ Learner output (stdout, stderr) goes to the grading process through another pipe
 
 import json
 import os
+import platform
 import random
 import resource
 import signal
@@ -50,22 +51,25 @@ def _limit(job: dict) -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an over-long write fails instead of killing us
 
 
-# The kernel keyring calls (add_key, request_key, keyctl) refused with EPERM before learner code
-# runs: the child runs as the grader's user, whose keyrings would otherwise be a channel between
-# submissions and within reach of learner code. (syscall numbers, audit architecture) per
-# machine; on an architecture not listed the child runs without the filter.
-KEYRING_CALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
+# System calls refused with EPERM before learner code runs (a seccomp filter): the kernel
+# keyring calls (add_key, request_key, keyctl; the child runs as the grader's user, whose
+# keyrings would otherwise be a channel between submissions and within reach of learner code)
+# and the calls that reach into another process (ptrace, process_vm_readv, process_vm_writev,
+# pidfd_getfd: the sandbox's init, or bubblewrap's, must stay out of reach). (audit
+# architecture, syscall numbers) per machine; on an architecture not listed there is no filter.
+REFUSED_CALLS = {"x86_64": (0xC000003E, (248, 249, 250, 101, 310, 311, 438)),
+                 "aarch64": (0xC00000B7, (217, 218, 219, 117, 270, 271, 438))}
 
 
-def _refuse_keyrings() -> bool:
-    """Install a seccomp filter refusing KEYRING_CALLS (and, on x86_64, every x32 call). Sets
-    no_new_privs, which a filter needs. Returns whether the filter is in place (Linux only)."""
+def _refuse_calls() -> bool:
+    """Install a seccomp filter refusing REFUSED_CALLS (and, on x86_64, every x32 call and
+    every call of another architecture). Sets no_new_privs, which a filter needs. Returns
+    whether the filter is in place (False off Linux or on another architecture)."""
     import ctypes
-    import platform
 
-    if sys.platform != "linux" or platform.machine() not in KEYRING_CALLS:
+    if sys.platform != "linux" or platform.machine() not in REFUSED_CALLS:
         return False
-    arch, calls = KEYRING_CALLS[platform.machine()]
+    arch, calls = REFUSED_CALLS[platform.machine()]
 
     class Instr(ctypes.Structure):
         _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
@@ -180,7 +184,9 @@ def main(job_dir: str, fd: int) -> int:
         job = json.load(fh)
     sys.path.insert(0, os.path.join(job_dir, "lib"))
     _limit(job)
-    _refuse_keyrings()
+    if not _refuse_calls() and sys.platform == "linux" and platform.machine() in REFUSED_CALLS:
+        print("grader: warning: the seccomp filter could not be installed; keyring and ptrace "
+              "calls are not refused", file=sys.stderr, flush=True)
 
     import torch
     from safetensors.torch import load_file, save

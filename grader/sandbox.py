@@ -216,7 +216,8 @@ def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: 
     for d in sorted(_python_dirs(), key=len):  # a folder before the folders inside it
         if not _under(SCRATCH_VIEW, d):  # never /tmp itself (or /): it holds other jobs' files
             ro(d)
-    argv += ["--proc", "/proc"] if jobs is None else ["--bind", "/proc", "/proc"]
+    # read-only: learner code must not write /proc/1/mem of bubblewrap's init (nor anything else)
+    argv += ["--proc", "/proc", "--remount-ro", "/proc"] if jobs is None else ["--bind", "/proc", "/proc"]
     argv += ["--dev", "/dev"]
     if device.startswith("cuda"):
         for node in sorted(glob.glob("/dev/nvidia*")):

@@ -40,7 +40,7 @@ CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 4096, 16384, 1 << 18
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, AT_RECURSIVE, SYS_MOUNT_SETATTR = 1, 2, 0x8000, 442
-PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
 
@@ -192,8 +192,13 @@ def _pid1(job: dict, channel: int, status_w: int) -> None:
     if job["view"] == "bwrap":
         _loopback_up()  # as bubblewrap gives its children
     _drop_capabilities()
+    # Not dumpable: C (learner code, same user, no capabilities) can then neither ptrace this
+    # init nor open its /proc/1/mem or /proc/1/fd (its death signal and the status pipe stay
+    # out of reach). C is made dumpable again: its own /proc is as a cold child's.
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     child = os.fork()
     if child == 0:
+        libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         os.close(status_w)
         _child(job, channel)
     # the init: nothing of the job's, only its status

@@ -308,6 +308,15 @@ def softmax(x, dim=-1):
     libc.syscall.restype = ctypes.c_long
     keyctl = {{"x86_64": 250, "aarch64": 219}}.get(os.uname().machine)
     facts["no_keyrings"] = keyctl is None or (libc.syscall(keyctl, 0, -4, 0) == -1 and ctypes.get_errno() == 1)
+    # the namespace's init (PID 1) is out of reach: no ptrace, no /proc/1/mem, no /proc/1/fd
+    libc.ptrace.restype = ctypes.c_long
+    facts["init_not_traceable"] = libc.ptrace(16, 1, 0, 0) == -1  # PTRACE_ATTACH
+    facts["init_mem_closed"] = _cannot_open("/proc/1/mem", "rb") and _cannot_open("/proc/1/mem", "r+b")
+    try:
+        fds = os.listdir("/proc/1/fd")
+    except OSError:
+        fds = []
+    facts["init_fds_closed"] = all(_cannot_open("/proc/1/fd/" + fd, "wb") for fd in fds)
     # what an earlier fork left must be gone; then leave some for the next one
     home = os.environ["HOME"]
     left = [os.path.join(d, tag) for d in (home, "/tmp", "/dev/shm")]
@@ -320,6 +329,13 @@ def softmax(x, dim=-1):
     libc.shmget(key, 4096, 0o1666)
     print("FACTS", sorted(facts.items()), flush=True)
     return torch.softmax(x, dim)
+
+def _cannot_open(path, mode):
+    try:
+        open(path, mode).close()
+        return False
+    except OSError:
+        return True
 
 def _cannot_write(path):
     try:
@@ -477,14 +493,22 @@ def softmax(x, dim=-1):
     keyctl = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
     got = libc.syscall(keyctl, 0, -4, 0)  # KEYCTL_GET_KEYRING_ID of the user keyring
     print("KEYCTL", got, ctypes.get_errno(), flush=True)
+    libc.ptrace.restype = ctypes.c_long
+    print("PTRACE", libc.ptrace(16, 1, 0, 0), ctypes.get_errno(), flush=True)  # PTRACE_ATTACH to PID 1
+    try:
+        open("/proc/1/mem", "r+b").close()
+        print("MEM open", flush=True)
+    except OSError:
+        print("MEM closed", flush=True)
     return torch.softmax(x, dim)
 """
 
 
 @pytest.mark.parametrize("mode, fast", [("bwrap", "0"), ("unshare", "0"), ("none", "0"), ("bwrap", "1")])
-def test_keyring_calls_are_refused_in_every_child(mode, fast, monkeypatch):
-    """The grader's user's kernel keyrings are out of reach of learner code, cold or forked, in
-    every sandbox (a seccomp filter in child.py refuses add_key, request_key and keyctl)."""
+def test_keyring_and_ptrace_calls_are_refused_in_every_child(mode, fast, monkeypatch):
+    """The grader's user's kernel keyrings and the sandbox's init are out of reach of learner
+    code, cold or forked, in every sandbox (a seccomp filter in child.py refuses the keyring
+    calls and ptrace; /proc/1/mem cannot be opened for writing in bwrap and unshare)."""
     from grader import runner
     from grader.course import load_course
 
@@ -498,4 +522,6 @@ def test_keyring_calls_are_refused_in_every_child(mode, fast, monkeypatch):
     run = runner.run_notebook(NOTEBOOK, nb.setup, {"softmax": KEYRING_PROBE},
                               {"softmax": nb.cases_module().cases("softmax", 0)[:1]},
                               device="cpu", limits=LIMITS, seed=0)
-    assert "KEYCTL -1 1" in run.output, run.output[-2000:]
+    assert "KEYCTL -1 1" in run.output and "PTRACE -1 1" in run.output, run.output[-2000:]
+    if mode != "none":  # with no sandbox, PID 1 is the machine's init: the grader's user's business
+        assert "MEM closed" in run.output, run.output[-2000:]

@@ -1,24 +1,27 @@
 """The fast path's warm worker: imports torch and the course's public checks once, then starts
-each notebook's child as a fork of itself, inside a fresh unshare sandbox made by the fork.
+each notebook's child as a fork of itself, inside a fresh sandbox made by the fork (the cold
+child's: bwrap's view or unshare's).
 
 Started by ``grader.fastpath`` as ``python -I zygote.py CONTROL_FD JOBS_FOLDER [LIBRARY]`` (a
 fresh interpreter, never a fork of the grading process: it holds no reference solution, no hidden
 case, no other learner's work; under bwrap it runs in bubblewrap and imports the course's public
-library from LIBRARY). It never runs learner code itself. Per job it receives, on the control socket, one JSON
-line (the job folder, the unshare view's spec, the child's environment) and two file
+library from LIBRARY). It never runs learner code itself. Per job it receives, on the control
+socket, one JSON line (the job folder, the view to make, the child's environment) and two file
 descriptors (the results channel and the output pipe), and forks:
 
-* A (the fork): its own session (the grading process kills its process group), every other file
-  descriptor closed, then new user, mount, network, PID, IPC and UTS namespaces; it forks B, waits
-  for it and exits with its status (dies by the same signal), like ``unshare --fork --kill-child``.
+* A (the fork): a death signal tied to the zygote, its own session (the grading process kills
+  its process group), every other file descriptor closed, then new user, mount, network, PID,
+  IPC and UTS namespaces; it forks B, waits for it and exits with the status of the job's child
+  (dies by the same signal), like ``unshare --fork --kill-child``.
 * B (PID 1 of the new PID namespace, killed when A dies): a fresh /proc, host name ``grader``,
   then exactly the cold child's view: under unshare ``grader.sandbox.VIEW_SCRIPT``'s (everything
   but the system, the Python installation and its own job folder covered, all read-only,
   scratch tmpfs, capability bounding set dropped, no_new_privs), under bwrap :func:`_bwrap_view`'s
   (its own job at /job, the other jobs covered, fresh /tmp and /dev/shm, the rest read-only, the
-  bounding set dropped); then every capability cleared (B does not exec, so the bounding set
-  alone would not take them), then ``child.main`` of the job's own child.py, as the cold path's
-  child would run it.
+  bounding set dropped, the loopback up); then every capability cleared (B does not exec, so the
+  bounding set alone would not take them), and B made non-dumpable. It forks C and stays as a
+  small init, as bubblewrap's: it keeps its death signal, reaps, and passes C's wait status to A.
+* C (PID 2): ``child.main`` of the job's own child.py, as the cold path's child would run it.
 
 The zygote answers ``pid N`` once A exists and ``exit STATUS`` once it is reaped (STATUS as
 Popen.returncode: -signal or the exit code), and exits when the grading process closes the

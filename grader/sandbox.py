@@ -244,7 +244,7 @@ def bwrap_covered(device: str = "cpu") -> list[str]:
     zygote's view depends on besides the device. A protected folder elsewhere (a batch's
     submissions under /tmp, say) is simply absent from the view and does not count."""
     argv = _bwrap_argv(Path(JOB_VIEW), [], device=device, scratch_bytes=1, jobs=JOBS_VIEW)
-    return [argv[i + 1] for i, a in enumerate(argv) if a == "--remount-ro"]
+    return [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs" and argv[i + 2:i + 4] == ["--remount-ro", argv[i + 1]]]
 
 
 def bwrap_tmp_binds() -> list[str]:

@@ -188,12 +188,11 @@ def _pid1(job: dict, channel: int, status_w: int) -> None:
     _check(libc.sethostname(b"grader", 6) == 0, "sethostname")
     if job["view"] == "bwrap":
         _bwrap_view(job["bwrap"])
+        _loopback_up()  # as bubblewrap gives its children
     else:
         view = job["view_script"].replace("os.execv(program[0], program)", "")
         sys.argv = ["view", json.dumps(job["spec"])]
         exec(compile(view, "<tfcourse unshare view>", "exec"), {"__name__": "view"})
-    if job["view"] == "bwrap":
-        _loopback_up()  # as bubblewrap gives its children
     _drop_capabilities()
     # Not dumpable: C (learner code, same user, no capabilities) can then neither ptrace this
     # init nor open its /proc/1/mem or /proc/1/fd (its death signal and the status pipe stay

@@ -52,12 +52,16 @@ def load() -> str:
     return ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def timed(cmd, env: dict[str, str], report: Path | None = None, cwd: Path = ROOT) -> float:
-    """Seconds ``cmd`` took: a command line, or a function that runs and checks its own work."""
+def timed(cmd, env: dict[str, str], report=None, cwd: Path = ROOT) -> float:
+    """Seconds ``cmd`` took: a command line (``report``: its JSON report, checked for full marks
+    after the clock stops), or a function (``report``: a function that checks its work, called
+    after the clock stops)."""
     start = time.perf_counter()
     if callable(cmd):
         cmd()
-        return time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        report()
+        return seconds
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
@@ -150,16 +154,16 @@ def main(argv: list[str] | None = None) -> int:
                         "cold path (unshare, TFCOURSE_FAST=0)": (one, cold_unshare, report)}
         if args.nbgrader or "n" in args.tables:
             cmds, course, env = nbgrader_full(tmp / "nbg", notebooks)
-            max_score = sum(_nbgrader_max(course, n) for n in notebooks)
-
             def nbgrader() -> None:
                 for c in cmds:
                     gvn.run(c, course, env)
-                score = sum(_nbgrader_score(course, n) for n in notebooks)
+
+            def full_marks() -> None:
+                score, max_score = _nbgrader_totals(course, notebooks)
                 if score != max_score:
                     sys.exit(f"nbgrader autograde gave {score} of {max_score}: not timing a wrong result")
 
-            commands[NBG] = (nbgrader, env, None)
+            commands[NBG] = (nbgrader, env, full_marks)
         times = alternate(commands, args.repeats) if commands else {}
         if times:
             table(f"Table 1: one full submission ({len(notebooks)} notebooks), {args.repeats} timed runs after a "
@@ -214,18 +218,13 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _nbgrader_max(course: Path, assignment: str) -> float:
+def _nbgrader_totals(course: Path, assignments: list[str]) -> tuple[float, float]:
+    """(score, max score) of the student's submissions of ``assignments`` in nbgrader's gradebook."""
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "tfcourse") as gb:
-        return gb.find_assignment(assignment).max_score
-
-
-def _nbgrader_score(course: Path, assignment: str) -> float:
-    from nbgrader.api import Gradebook
-
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "tfcourse") as gb:
-        return gb.find_submission(assignment, "student").score
+        return (sum(gb.find_submission(a, "student").score for a in assignments),
+                sum(gb.find_assignment(a).max_score for a in assignments))
 
 
 if __name__ == "__main__":

@@ -355,7 +355,7 @@ def _with_parts(verdict: dict, ex: Exercise) -> dict:
     """Every exercise row lists its test cells (``parts``): what each scored."""
     if "parts" not in verdict:
         verdict["parts"] = [{"test_cell": test_cell_id(ex.name, part), "passed": False, "score": 0.0,
-                             "max_score": pts} for part, pts in ex.parts]
+                             "max_score": pts, "feedback": ""} for part, pts in ex.parts]
     return verdict
 
 

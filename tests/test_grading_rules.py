@@ -470,7 +470,7 @@ def test_each_test_cell_of_an_exercise_gets_its_own_message(tmp_path):
     under every cell)."""
     from grader.instructor.grade import _output
 
-    nb = _build("05_feed_forward", {"gelu": GELU_WRONG_TANH})
+    nb = _build("05_feed_forward", {"gelu": GELU_WRONG_TANH, "swiglu_hidden_dim": None})
     nbformat.write(nb, tmp_path / "05_feed_forward.ipynb")
     row = grade_submission(tmp_path, notebooks=["05_feed_forward"])
     (ex,) = [e for e in row["notebooks"][0]["exercises"] if e["exercise"] == "gelu"]
@@ -479,6 +479,9 @@ def test_each_test_cell_of_an_exercise_gets_its_own_message(tmp_path):
     assert core["feedback"].startswith(f"✓ {core['test_cell']}: all ") and "✗" not in core["feedback"]
     assert tanh["feedback"].startswith("✗") and "checks of this test cell passed" in tanh["feedback"]
     assert "tanh" in tanh["feedback"], tanh["feedback"]
+    # not judged check by check (not attempted here): every part still has a feedback, empty
+    untouched = [e for e in row["notebooks"][0]["exercises"] if e["status"] == "not_attempted"]
+    assert untouched and all(p["feedback"] == "" for e in untouched for p in e["parts"])
     shown = {p["test_cell"]: "\n".join(_output(p, ex).get("traceback", [])) or _output(p, ex)["text"]
              for p in ex["parts"]}
     assert "✗" not in shown[core["test_cell"]] and tanh["feedback"].splitlines()[0] in shown[tanh["test_cell"]]

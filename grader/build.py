@@ -2,6 +2,8 @@
 
     python -m grader.build           # rewrite notebooks/ and tfcourse/reference/
     python -m grader.build --check   # exit 1 if either is stale (the test suite runs this)
+    python -m grader.build --force   # also replace learner notebooks that hold a learner's work,
+                                     # keeping a copy of each in notebooks/backups/
 
 For each ``solutions/NN_topic.ipynb`` (an nbgrader source notebook):
 
@@ -15,6 +17,12 @@ For each ``solutions/NN_topic.ipynb`` (an nbgrader source notebook):
   The file is written in the form JupyterLab itself saves (nbformat 4.5 with cell ids, keys
   sorted, indent 1, a trailing newline, and the ``language_info`` the course's kernel reports),
   so a learner's notebook does not show as modified when it is opened.
+* A learner solves ``notebooks/`` in place (the README's self-study path), so a file there can
+  hold a learner's work: solution cells that are not the stub, code cells they added. The build
+  never overwrites such a file unasked (:func:`notebook_state` tells it apart from a stale
+  build); ``--force`` replaces it and keeps a copy in ``notebooks/backups/``. The grader never
+  reads stubs or setup code from ``notebooks/``: it releases ``solutions/`` itself
+  (grader/course.py).
 * ``tfcourse/reference/nbNN_topic.py`` is exported from the setup cell and the solution cells
   (markers removed), for later notebooks and for the grader's hidden cases. It is never edited
   by hand.
@@ -26,6 +34,8 @@ import argparse
 import copy
 import json
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -37,6 +47,7 @@ from .names import module_name
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
 NOTEBOOKS = ROOT / "notebooks"
+BACKUPS = "backups"  # notebooks/backups/: what --force replaced
 REFERENCE = ROOT / "tfcourse" / "reference"
 
 
@@ -185,24 +196,138 @@ def outputs() -> dict[Path, str]:
     return files
 
 
+@dataclass
+class NotebookState:
+    """How a file in ``notebooks/`` stands against what the build would write.
+
+    status: "current" (the build's text), "ran" (the build's cells, only outputs, execution counts
+    or cell metadata differ), "stale" (course cells differ and no learner work is in it: the build
+    may rewrite it), "edited" (a learner's work is in it: exercise cells that are not the stub, or
+    code cells they added), "missing" or "unreadable". ``work`` names the exercise cells (grade_id)
+    and added cells that hold work; ``course_changes`` counts the course's cells that differ
+    (an older release of the course, or course cells the learner changed or deleted).
+    """
+
+    status: str
+    work: list[str] = field(default_factory=list)
+    course_changes: int = 0
+    reason: str = ""
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.work)
+
+
+def _cell_text(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def notebook_state(path: Path, expected_text: str) -> NotebookState:
+    """Compare the learner notebook at ``path`` with ``expected_text`` (what the build writes).
+
+    Cells are matched by id (JupyterLab keeps them); an exercise cell whose source is not the
+    released stub, or a code cell the release does not have, is the learner's work. Reading never
+    executes anything.
+    """
+    from tfcourse.notebook import UnreadableNotebook, normalise_source, read_notebook
+
+    if not path.exists():
+        return NotebookState("missing")
+    try:
+        current = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return NotebookState("unreadable", reason=str(exc))
+    if current == expected_text:
+        return NotebookState("current")
+    try:
+        nb = read_notebook(path)
+    except UnreadableNotebook as exc:
+        return NotebookState("unreadable", reason=str(exc))
+    expected = nbformat.reads(expected_text, as_version=4)
+    by_id = {c.get("id"): c for c in nb.cells if c.get("id")}
+    known = {c.get("id") for c in expected.cells}
+    work, changes = [], 0
+    for cell in expected.cells:
+        mine = by_id.get(cell.get("id"))
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            if mine is not None and normalise_source(_cell_text(mine)) != normalise_source(cell.source):
+                work.append(meta.get("grade_id", cell.get("id")))
+            elif mine is None:
+                changes += 1
+            continue
+        if mine is None or mine.get("cell_type") != cell.cell_type \
+                or normalise_source(_cell_text(mine)) != normalise_source(cell.source) \
+                or (mine.get("metadata", {}) or {}).get("nbgrader", {}) != meta:
+            changes += 1
+    added = [c for c in nb.cells if c.get("cell_type") == "code" and c.get("id") not in known
+             and normalise_source(_cell_text(c))]
+    work += [f"a cell you added (id {c.get('id')})" for c in added]
+    if work:
+        return NotebookState("edited", work, changes)
+    return NotebookState("stale" if changes else "ran", [], changes)
+
+
+def notebook_states(files: dict[Path, str] | None = None) -> dict[Path, NotebookState]:
+    """:func:`notebook_state` of every learner notebook the build writes (``files``: the build's
+    :func:`outputs`, when already made)."""
+    files = outputs() if files is None else files
+    return {path: notebook_state(path, text) for path, text in files.items() if path.parent == NOTEBOOKS}
+
+
+def _backup(path: Path) -> Path:
+    folder = path.parent / BACKUPS
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}"
+    n = 1
+    while target.exists():
+        n += 1
+        target = folder / f"{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}-{n}{path.suffix}"
+    target.write_bytes(path.read_bytes())
+    return target
+
+
+def _rel(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader.build", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if generated files are stale")
+    parser.add_argument("--force", action="store_true",
+                        help="also replace learner notebooks that hold your work (solved exercise cells, "
+                             "added cells), keeping a copy of each in notebooks/backups/")
     args = parser.parse_args(argv)
-    stale = []
+    stale, kept, backed_up = [], [], []
     for path, text in outputs().items():
         current = path.read_text(encoding="utf-8") if path.exists() else None
         if current == text:
             continue
-        stale.append(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+        state = notebook_state(path, text) if path.parent == NOTEBOOKS else NotebookState("stale")
+        if state.has_work:
+            if args.check or not args.force:
+                kept.append((path, state))
+                continue
+            backed_up.append((path, _backup(path)))
+        stale.append(_rel(path))
         if not args.check:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
-    if args.check and stale:
-        print("stale (run `python -m grader.build`): " + ", ".join(map(str, stale)), file=sys.stderr)
+    for path, state in kept:
+        print(f"{_rel(path)} holds your work ({len(state.work)} cell{'s' * (len(state.work) != 1)}: "
+              f"{', '.join(state.work[:4])}{', ...' if len(state.work) > 4 else ''}): left as it is"
+              + ("" if args.check else "; `python -m grader.build --force` replaces it and keeps a copy "
+                 f"in {_rel(path.parent / BACKUPS)}/"), file=sys.stderr)
+    for path, copy_ in backed_up:
+        print(f"{_rel(path)} held your work: a copy is in {_rel(copy_)}", file=sys.stderr)
+    if args.check and (stale or kept):
+        if stale:
+            print("stale (run `python -m grader.build`): " + ", ".join(map(str, stale)), file=sys.stderr)
         return 1
-    print(("wrote " + ", ".join(map(str, stale))) if stale else "notebooks/ and tfcourse/reference/ are up to date")
-    return 0
+    print(("wrote " + ", ".join(map(str, stale))) if stale else
+          "notebooks/ and tfcourse/reference/ are up to date" if not kept else "nothing else to write")
+    return 1 if kept else 0
 
 
 if __name__ == "__main__":

@@ -8,8 +8,6 @@ as configured, 1 when something would stop it (the lines marked ✗ say what).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import platform
 import sys
@@ -39,13 +37,12 @@ def _cuda() -> tuple[str, bool]:
             "--device cuda or auto grades on it"), True
 
 
-def _course() -> list[tuple[bool, str]]:
+def _course() -> list[tuple[bool | None, str]]:
     """(ok, line) about the course files."""
     from .build import NOTEBOOKS, ROOT, SOLUTIONS
-    from .build import main as build_main
     from .course import CourseError, load_course
 
-    lines: list[tuple[bool, str]] = []
+    lines: list[tuple[bool | None, str]] = []
     sources = sorted(p.stem for p in SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
     released = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
     lines.append((bool(sources), f"checkout {ROOT}: {len(sources)} notebooks in solutions/, "
@@ -66,14 +63,43 @@ def _course() -> list[tuple[bool, str]]:
                       + (f"; no hidden cases for {', '.join(missing)}" if missing else "; hidden cases for each")))
     except CourseError as exc:
         lines.append((False, f"course files: {exc}"))
-    out, err = io.StringIO(), io.StringIO()
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            status = build_main(["--check"])
-    except Exception as exc:  # nbgrader missing or a broken notebook: say so, don't crash
-        status, err = 1, io.StringIO(f"{type(exc).__name__}: {exc}")
-    text = (err.getvalue() or out.getvalue()).strip().splitlines()
-    lines.append((status == 0, f"python -m grader.build --check: {text[-1] if text else f'exit {status}'}"))
+        from .build import REFERENCE, outputs
+
+        files = outputs()
+    except Exception as exc:  # nbgrader missing or a broken source notebook: say so, don't crash
+        return [*lines, (False, f"the build cannot run: {type(exc).__name__}: {exc}")]
+    lines += _learner_notebooks(files)
+    stale = [p.name for p, text in files.items() if p.parent == REFERENCE
+             and (not p.exists() or p.read_text(encoding="utf-8") != text)]
+    lines.append((not stale, "tfcourse/reference/ is up to date" if not stale else
+                  f"tfcourse/reference/ is stale ({', '.join(stale)}): run `python -m grader.build`"))
+    return lines
+
+
+def _learner_notebooks(files: dict) -> list[tuple[bool | None, str]]:
+    """(ok, line) about notebooks/: a learner's work there is theirs (never called stale, and no
+    advice that would overwrite it); a notebook without work that differs from the build is stale."""
+    from .build import notebook_states
+
+    states = notebook_states(files)
+    lines: list[tuple[bool | None, str]] = []
+    stale = [p.stem for p, st in states.items() if st.status in ("stale", "missing", "unreadable")]
+    for path, st in states.items():
+        if st.has_work:
+            text = (f"notebooks/{path.name} holds your work in {len(st.work)} cell"
+                    f"{'s' * (len(st.work) != 1)}: graded as it is (`python -m grader`); "
+                    "`python -m grader.build` leaves it alone")
+            if st.course_changes:
+                text += (f"; {st.course_changes} of the course's cells differ from solutions/ (cells you "
+                         "changed or deleted, or an older copy of the course): grading uses the course's "
+                         "own cells either way")
+            lines.append((True if not st.course_changes else None, text))
+    if stale:
+        lines.append((False, f"notebooks/ is stale for {', '.join(stale)} (no work of yours in "
+                             f"{'them' if len(stale) > 1 else 'it'}): run `python -m grader.build`"))
+    elif not lines:
+        lines.append((True, "notebooks/ is as the build writes it"))
     return lines
 
 

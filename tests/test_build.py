@@ -97,3 +97,96 @@ def test_learner_notebook_is_in_the_form_jupyterlab_saves():
         assert (nb.nbformat, nb.nbformat_minor) == (4, 5) and all(c.get("id") for c in nb.cells), path.name
         assert text == jupyterlab_text(nb) and text.endswith("}\n"), path.name
         assert nb.metadata.language_info == LANGUAGE_INFO
+
+
+def _learner_copy(tmp_path, edit) -> tuple:
+    """A copy of notebooks/01_attention.ipynb changed by ``edit(nb)``, and the build's text."""
+    from grader.build import jupyterlab_text, notebook_state
+
+    text = (NOTEBOOKS / "01_attention.ipynb").read_text(encoding="utf-8")
+    nb = nbformat.reads(text, as_version=4)
+    edit(nb)
+    path = tmp_path / "01_attention.ipynb"
+    path.write_text(jupyterlab_text(nb), encoding="utf-8")
+    return notebook_state(path, text)
+
+
+def _stub(nb):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+
+
+def test_notebook_state_tells_work_from_a_stale_build(tmp_path):
+    """What the doctor and the build rely on: a solved stub or an added code cell is the learner's
+    work; a changed course cell without work is a stale build; outputs alone are neither."""
+    def solve(nb):
+        _stub(nb).source = "def softmax(x, dim=-1):\n    return x.softmax(dim)\n"
+
+    def run(nb):
+        cell = next(c for c in nb.cells if c.cell_type == "code" and not c.metadata.get("nbgrader"))
+        cell.outputs = [nbformat.v4.new_output("stream", text="hello\n")]
+        cell.execution_count = 3
+
+    def add(nb):
+        nb.cells.insert(3, nbformat.v4.new_code_cell("def helper():\n    return 1\n"))
+
+    def reword(nb):
+        next(c for c in nb.cells if c.cell_type == "markdown").source += "\nOlder text."
+
+    def both(nb):
+        solve(nb)
+        reword(nb)
+
+    assert _learner_copy(tmp_path, lambda nb: None).status == "current"
+    assert _learner_copy(tmp_path, run).status == "ran"
+    assert _learner_copy(tmp_path, reword).status == "stale"
+    solved = _learner_copy(tmp_path, solve)
+    assert (solved.status, solved.work, solved.course_changes) == ("edited", ["softmax"], 0)
+    added = _learner_copy(tmp_path, add)
+    assert added.status == "edited" and "added" in added.work[0]
+    mixed = _learner_copy(tmp_path, both)
+    assert (mixed.status, mixed.work, mixed.course_changes) == ("edited", ["softmax"], 1)
+
+
+def test_build_never_overwrites_work_unasked(tmp_path, monkeypatch):
+    import grader.build as build
+
+    learner = tmp_path / "notebooks"
+    learner.mkdir()
+    monkeypatch.setattr(build, "NOTEBOOKS", learner)
+    monkeypatch.setattr(build, "REFERENCE", tmp_path / "reference")
+    assert build.main([]) == 0
+    path = learner / "01_attention.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    _stub(nb).source = "def softmax(x, dim=-1):\n    return x.softmax(dim)\n"
+    mine = build.jupyterlab_text(nb)
+    path.write_text(mine, encoding="utf-8")
+    assert build.main([]) == 1 and path.read_text(encoding="utf-8") == mine
+    assert build.main(["--check"]) == 1
+    assert build.main(["--force"]) == 0 and path.read_text(encoding="utf-8") != mine
+    assert [p.read_text(encoding="utf-8") for p in (learner / "backups").iterdir()] == [mine]
+
+
+def test_the_grader_releases_solutions_itself_and_caches_it(tmp_path, monkeypatch):
+    """The stubs the grader compares with come from release(solutions/), not from notebooks/; the
+    cached copy is the same notebook, and a damaged cache entry is released again."""
+    from grader import cache
+    from grader.course import released_notebook
+
+    monkeypatch.setenv(cache.ENV_VAR, str(tmp_path / "cache"))
+    source = SOURCES[0]
+    fresh = release(nbformat.read(source, as_version=4))
+    first = released_notebook(source)
+    entries = list((tmp_path / "cache" / "released").iterdir())
+    assert len(entries) == 1 and nbformat.writes(first) == nbformat.writes(fresh)
+    import grader.build as build
+
+    def no_release(nb):
+        raise AssertionError("released again although the cache holds it")
+
+    with monkeypatch.context() as m:
+        m.setattr(build, "release", no_release)
+        assert nbformat.writes(released_notebook(source)) == nbformat.writes(fresh)
+    entries[0].write_bytes(b"{not json")
+    assert nbformat.writes(released_notebook(source)) == nbformat.writes(fresh)
+    monkeypatch.setenv(cache.ENV_VAR, "off")
+    assert cache.folder() is None and nbformat.writes(released_notebook(source)) == nbformat.writes(fresh)

@@ -110,10 +110,27 @@ def main(argv: list[str] | None = None) -> int:
     memory = args.memory if args.memory is not None else (0 if device.startswith("cuda") else Limits().memory_mb)
     limits = Limits(timeout=args.timeout, memory_mb=memory, output_kb=args.output)
 
-    rows = grade_batch(submissions, notebooks=notebooks, device=device, limits=limits, seed=args.seed,
-                       jobs=args.jobs, scheduler=args.scheduler, quiet=args.quiet)
+    # Rows are kept as they come back; the reports are written once at the end (each file replaced
+    # atomically), with every row finished so far also after Ctrl-C or a failure of the batch.
+    finished: dict[int, dict] = {}
+
+    def keep(index: int, row: dict) -> None:
+        finished[index] = rep.clean(row)
+
+    interrupted = ""
+    try:
+        grade_batch(submissions, notebooks=notebooks, device=device, limits=limits, seed=args.seed,
+                    jobs=args.jobs, scheduler=args.scheduler, quiet=args.quiet, on_row=keep)
+    except KeyboardInterrupt:
+        interrupted = "interrupted (Ctrl-C)"
+    except Exception as exc:  # the batch itself failed (a sandbox that stopped working): keep the rows
+        interrupted = f"the batch stopped: {type(exc).__name__}: {str(exc).strip()[:200]}"
+    rows = [finished[i] for i in sorted(finished)]
     report = {"submissions": rows, "seed": args.seed, "device": device, "sandbox": isolation.mode,
               "limits": {"timeout_s": limits.timeout, "memory_mb": limits.memory_mb, "output_kb": limits.output_kb}}
+    if interrupted:
+        report["interrupted"] = interrupted
+        report["not_graded"] = [rep.clean(str(s)) for i, s in enumerate(submissions) if i not in finished]
 
     if not args.quiet:
         print(rep.table(report))
@@ -132,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"grader: could not write a report: {exc}", file=sys.stderr)
         return 1
+    if interrupted:
+        print(f"grader: {interrupted}; the reports hold the {len(rows)} of {len(submissions)} submissions "
+              "graded before it", file=sys.stderr)
+        return 130 if interrupted.startswith("interrupted") else 1
     return 0
 
 

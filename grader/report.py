@@ -1,12 +1,23 @@
-"""Reports: the readable table, the JSON report, the CSV gradebook and per-submission feedback."""
+"""Reports: the readable table, the JSON report, the CSV gradebook and per-submission feedback.
+
+No content can make a writer fail: every string passes :func:`clean` first (strings from learner
+code were made safe where they entered the grading process; a submission's path can still hold
+a file name that is not UTF-8), and every file is written to a temporary file beside it and then
+moved into place, so a report is either the old one or the whole new one.
+"""
 
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
+
+from tfcourse.checks._calls import safe_text
 
 SYMBOL = {"passed": "✓", "failed": "✗", "error": "!", "timeout": "⏱", "not_attempted": "·", "missing": "?"}
 
@@ -17,6 +28,7 @@ def _pts(x: float) -> str:
 
 def table(report: dict[str, Any]) -> str:
     """submission × notebook × exercise, points and status, one line each, then totals."""
+    report = clean(report)
     rows = [("submission", "notebook", "exercise", "points", "status")]
     for sub in report["submissions"]:
         for nb in sub["notebooks"]:
@@ -36,13 +48,39 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def clean(value: Any) -> Any:
+    """``value`` (a report, a row) with every string, keys included, made safe (``safe_text``)."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, dict):
+        return {clean(k): clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean(v) for v in value]
+    return value
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_json(report: dict[str, Any], path: Path) -> None:
-    path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_atomic(path, json.dumps(clean(report), indent=2, ensure_ascii=False) + "\n")
 
 
 def write_csv(report: dict[str, Any], path: Path) -> None:
     """One row per submission: a column per exercise (``<notebook>:<exercise>``), notebook
     totals, then score, max_score and sandbox (the isolation its code ran in)."""
+    report = clean(report)
     columns: list[str] = []
     for sub in report["submissions"]:
         for nb in sub["notebooks"]:
@@ -52,21 +90,23 @@ def write_csv(report: dict[str, Any], path: Path) -> None:
                     columns.append(key)
             if nb["notebook"] not in columns:
                 columns.append(nb["notebook"])
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["submission", *columns, "score", "max_score", "sandbox"])
-        for sub in report["submissions"]:
-            values: dict[str, float] = {}
-            for nb in sub["notebooks"]:
-                values[nb["notebook"]] = nb["score"]
-                for ex in nb["exercises"]:
-                    values[f"{nb['notebook']}:{ex['exercise']}"] = ex["score"]
-            writer.writerow([sub["submission"], *(_pts(values[c]) if c in values else "" for c in columns),
-                             _pts(sub["score"]), _pts(sub["max_score"]),
-                             sub.get("sandbox", report.get("sandbox", ""))])
+    fh = io.StringIO()
+    writer = csv.writer(fh)
+    writer.writerow(["submission", *columns, "score", "max_score", "sandbox"])
+    for sub in report["submissions"]:
+        values: dict[str, float] = {}
+        for nb in sub["notebooks"]:
+            values[nb["notebook"]] = nb["score"]
+            for ex in nb["exercises"]:
+                values[f"{nb['notebook']}:{ex['exercise']}"] = ex["score"]
+        writer.writerow([sub["submission"], *(_pts(values[c]) if c in values else "" for c in columns),
+                         _pts(sub["score"]), _pts(sub["max_score"]),
+                         sub.get("sandbox", report.get("sandbox", ""))])
+    write_atomic(path, fh.getvalue())
 
 
 def feedback_text(sub: dict[str, Any]) -> str:
+    sub = clean(sub)
     lines = [f"Feedback for {sub['submission']}", f"Score: {_pts(sub['score'])} / {_pts(sub['max_score'])}", ""]
     for nb in sub["notebooks"]:
         lines.append(f"== {nb['notebook']}: {_pts(nb['score'])} / {_pts(nb['max_score'])} ({nb['status']})")
@@ -93,6 +133,6 @@ def write_feedback(report: dict[str, Any], folder: Path) -> list[Path]:
             name = f"{stem}-{i}"
         used.add(name)
         path = folder / f"{name}.txt"
-        path.write_text(feedback_text(sub), encoding="utf-8")
+        write_atomic(path, feedback_text(sub))
         written.append(path)
     return written

@@ -30,7 +30,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save_file
 
 import tfcourse
-from tfcourse.checks._calls import Outcome, call_to_json, outcome_from_json
+from tfcourse.checks._calls import Outcome, call_to_json, outcome_from_json, safe_text
 from tfcourse.checks._core import Case
 
 from . import fastpath, sandbox
@@ -322,7 +322,7 @@ def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[s
                 runs.setdefault(what, ExerciseRun(status, message=reason, limit=limit))
             elif kind == "done":
                 break
-    text = output.decode("utf-8", errors="replace")
+    text = safe_text(output.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n"))
     if dropped:
         text += f"\n[… {dropped} more bytes of output discarded: output limit --output {limits.output_kb} KiB]"
     return NotebookRun(runs, text, restarts, box.mode, list(skip_cells))

@@ -291,6 +291,17 @@ os.wait()
 print("DAEMON-STARTED")
 @@SOLUTION@@"""
 
+# strings no UTF-8 writer accepts (a lone surrogate), NUL, a terminal escape and a very long line, in
+# the exception text and in the output: the report must still be written, with every row
+ODD_STRINGS = """\
+import sys
+sys.stdout.flush()
+sys.stdout.buffer.write(b"ODD-OUT \\xed\\xa0\\x80 \\x00 \\x1b[2J end\\n")  # a UTF-8-encoded surrogate
+sys.stdout.buffer.flush()
+def softmax(x, dim=-1):
+    raise ValueError("ODD-RAISED \\udfff\\ud800 \\x00\\x1b[31m" + "z" * 100_000)
+"""
+
 OUTPUT_FLOOD = """\
 import sys, time
 _t = time.time()
@@ -645,6 +656,8 @@ ATTACKS: list[Hostile] = [
     Hostile("forge_files", "forging the report", {"causal_mask": FORGE_FILES},
             expect={"causal_mask": "failed"}, output_has=("FORGE-BLOCKED",), output_lacks=("FORGE-WROTE",),
             needs="files"),
+    Hostile("odd_strings", "forging the report", {"softmax": ODD_STRINGS}, expect={"softmax": "error"},
+            feedback={"softmax": ("ODD-RAISED \ufffd\ufffd \ufffd\ufffd[31m",)}, output_has=("ODD-OUT \ufffd",)),
     Hostile("forge_channel", "forging the report", {"causal_mask": FORGE_CHANNEL},
             expect={"causal_mask": "error"}, feedback={"causal_mask": ("results could not be read",)}),
     # peeking and network

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 
 __all__ = ["Call", "DEVICE", "FORBIDDEN_SHAPE", "INT_STEP", "Instance", "MODIFIED_INPUT", "NO_GRADIENT", "grad_output_for", "Step", "TorchModule",
-           "Outcome", "load_parameters", "run_call", "TORCH_MODULES"]
+           "Outcome", "load_parameters", "run_call", "safe_text", "TORCH_MODULES"]
 
 # An argument that stands for "the device the check runs on" (cpu in a notebook, the grader's
 # --device in the grader): ``Call("causal_mask", (4,), {"device": DEVICE})``.
@@ -749,6 +750,25 @@ def outcome_to_json(outcome: Outcome, tensors: dict[str, torch.Tensor], prefix: 
             "type_name": outcome.type_name}
 
 
+# C0 and C1 control characters other than tab and newline (NUL, ESC sequences that would drive a
+# terminal, carriage returns that overwrite a line), and lone surrogates, which no UTF-8 writer
+# accepts
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def safe_text(text: str) -> str:
+    """``text`` with every character a report cannot hold or a terminal would obey replaced by
+    U+FFFD: lone surrogates (``"\\ud800"`` in a child's JSON; a file name that is not UTF-8),
+    NUL and the other control characters except tab and newline. Valid surrogate pairs become
+    the character they encode. Strings from a child (exception text, output) pass through here
+    where they enter the grading process."""
+    if text.isascii() and text.isprintable():
+        return text
+    if any("\ud800" <= c <= "\udfff" for c in text):
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return _UNSAFE.sub("\ufffd", text)
+
+
 def outcome_from_json(spec: Any, tensors: dict[str, torch.Tensor]) -> Outcome:
     """Rebuild an Outcome from what a child wrote, validating every field's type.
 
@@ -769,7 +789,5 @@ def outcome_from_json(spec: Any, tensors: dict[str, torch.Tensor]) -> Outcome:
         raise ValueError("malformed outcome text")
     if spec["kind"] in ("tensor", "tuple") and not found:
         raise ValueError("an outcome with no tensors")
-    return Outcome(spec["kind"], found, [d[:32] for d in devices],
-                   error_type=text["error_type"][:200], error_message=text["error_message"][:2000],
-                   error_cell=text["error_cell"][:200], error_function=text["error_function"][:200],
-                   type_name=text["type_name"][:200])
+    text = {f: safe_text(v[:2000 if f == "error_message" else 200]) for f, v in text.items()}
+    return Outcome(spec["kind"], found, [safe_text(d[:32]) for d in devices], **text)

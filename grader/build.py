@@ -122,7 +122,7 @@ def reference_module(notebook: str, source_nb) -> str:
 #: leaves out then raises a ModuleNotFoundError that says why (a demo cell after an exercise
 #: imports its own notebook's reference: a bare "No module named" reads as a broken install). The
 #: grader's library copy keeps NOTEBOOKS whole and only deletes files: the ordinary error there,
-#: which the feedback explains (tfcourse/checks/_core.py).
+#: which the feedback explains (tfcourse/checks/case.py).
 REFERENCE_INIT = '''\
 """Reference components exported from the solution notebooks by `python -m grader.build`.
 

@@ -191,12 +191,9 @@ def main(job_dir: str, fd: int) -> int:
     import torch
     from safetensors.torch import load_file, save
 
-    from tfcourse.checks._calls import (
-        call_from_json,
-        outcome_of_exception,
-        outcome_to_json,
-        run_call,
-    )
+    from tfcourse.checks.call import run_call
+    from tfcourse.checks.outcome import outcome_of_exception
+    from tfcourse.checks.wire import call_from_json, outcome_to_json
 
     device, seed = job["device"], int(job["seed"])
     tensors = load_file(os.path.join(job_dir, "inputs.safetensors"))

@@ -17,8 +17,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tfcourse.checks._calls import Call, Instance, Outcome
-from tfcourse.checks._core import Case, judge_case
+from tfcourse.checks.call import Call, Instance
+from tfcourse.checks.case import Case, judge_case
+from tfcourse.checks.outcome import Outcome
 from tfcourse.notebook import (
     UnreadableNotebook,
     added_cells,

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tfcourse.checks._calls import safe_text
+from tfcourse.checks.wire import safe_text
 
 SYMBOL = {"passed": "✓", "failed": "✗", "error": "!", "timeout": "⏱", "not_attempted": "·", "missing": "?"}
 

@@ -30,8 +30,9 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save_file
 
 import tfcourse
-from tfcourse.checks._calls import Outcome, call_to_json, outcome_from_json, safe_text
-from tfcourse.checks._core import Case
+from tfcourse.checks.case import Case
+from tfcourse.checks.outcome import Outcome
+from tfcourse.checks.wire import call_to_json, outcome_from_json, safe_text
 
 from . import fastpath, sandbox
 from .names import module_name

@@ -67,7 +67,7 @@ def warm() -> None:
     torch.set_num_interop_threads(1)
     import safetensors.torch  # noqa: F401
 
-    import tfcourse.checks._calls  # noqa: F401
+    import tfcourse.checks.wire  # noqa: F401
 
     # What child.py's reset_numerics and the first backward import lazily (about 800 modules,
     # 2.5 s: torch.set_default_device pulls in sympy): once here, not in every fork.

@@ -527,8 +527,8 @@ def _run_fake_child(body: str, monkeypatch, tmp_path, **limits):
     """run_notebook with ``body`` as the child: a stand-in for learner code that has taken over
     the child's results pipe."""
     from grader import runner
-    from tfcourse.checks._calls import Call
-    from tfcourse.checks._core import Case
+    from tfcourse.checks.call import Call
+    from tfcourse.checks.case import Case
 
     fake = tmp_path / "child.py"
     fake.write_text(FAKE_CHILD.format(body=body))

@@ -36,7 +36,7 @@ from grader.build import NOTEBOOKS, SOLUTIONS, module_name
 from grader.course import load_course
 from grader.grading import grade_submission
 from tests.catalogue import Entry, load_catalogues
-from tfcourse.checks._core import MAX_LINES, CheckFailed
+from tfcourse.checks.case import MAX_LINES, CheckFailed
 from tfcourse.notebook import read_notebook, setup_source, solution_cells
 
 CATALOGUES = load_catalogues()

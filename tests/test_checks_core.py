@@ -8,16 +8,12 @@ import pytest
 import torch
 
 from tfcourse.checks import Call, CheckFailed, run_call
-from tfcourse.checks._calls import (
-    DEVICE,
-    FORBIDDEN_SHAPE,
-    TorchModule,
-    call_from_json,
-    call_to_json,
-    outcome_from_json,
-    outcome_to_json,
-)
-from tfcourse.checks._core import Case, Mistake, judge_case, run_checks
+from tfcourse.checks.call import DEVICE, TorchModule
+from tfcourse.checks.case import Case, judge_case
+from tfcourse.checks.hints import Mistake
+from tfcourse.checks.outcome import FORBIDDEN_SHAPE
+from tfcourse.checks.run import run_checks
+from tfcourse.checks.wire import call_from_json, call_to_json, outcome_from_json, outcome_to_json
 
 
 class Sneaky(torch.Tensor):
@@ -417,7 +413,7 @@ def test_a_function_call_can_return_the_gradients_of_its_arguments():
 
 
 def grad_output_for_scalar() -> torch.Tensor:
-    from tfcourse.checks._calls import grad_output_for
+    from tfcourse.checks.evidence import grad_output_for
     return grad_output_for(torch.zeros((), dtype=torch.float64))
 
 
@@ -447,7 +443,7 @@ def test_the_notebook_check_refuses_the_notebooks_own_reference_module():
     """The grader hides tfcourse.reference.<this notebook>: an answer that imports from it must fail
     in the notebook too (nb06's review: a generate using the reference's sample_next_token passed the
     check and got a bare ModuleNotFoundError in the grader). Other modules' names are fine."""
-    from tfcourse.checks._core import NotebookChecks, reference_dependencies
+    from tfcourse.checks.run import NotebookChecks, reference_dependencies
 
     book = NotebookChecks(("f",), lambda e: [], "tfcourse.reference.nb01_attention")
     from tfcourse.reference.nb01_attention import causal_mask
@@ -477,7 +473,7 @@ def test_a_hidden_reference_import_is_explained():
 
 def test_a_step_with_an_empty_name_reads_what_the_function_returned():
     # notebook 08's first_divergent_layer returns an int or None: Step("", attribute=True) keeps both
-    from tfcourse.checks._calls import Step
+    from tfcourse.checks.call import Step
 
     def pick(x, none=False):
         return None if none else int(x.argmax())

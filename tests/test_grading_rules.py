@@ -29,7 +29,7 @@ from grader.build import NOTEBOOKS, SOLUTIONS
 from grader.cases import cases_for
 from grader.course import load_course
 from grader.grading import grade_submission
-from tfcourse.checks._core import CheckFailed
+from tfcourse.checks.case import CheckFailed
 from tfcourse.notebook import CORE_PART, demo_names, setup_source
 
 # ---------------------------------------------------------------------------------------------
@@ -59,8 +59,8 @@ def test_stand_ins_follow_chains_and_the_instances_the_cases_build():
     attention), or when the caller's own cases build it (``Instance("KVCache")``: the modules
     take a cache but never write its class name)."""
     from grader.grading import _reached_callees
-    from tfcourse.checks._calls import Call, Instance, Step
-    from tfcourse.checks._core import Case
+    from tfcourse.checks.call import Call, Instance, Step
+    from tfcourse.checks.case import Case
 
     lm = "class DecoderLM(nn.Module):\n    def __init__(self):\n        self.blocks = [DecoderBlock() for _ in range(2)]\n"
     sources = {"DecoderBlock": "class DecoderBlock:\n    def __init__(self):\n        self.attn = CausalSelfAttention()\n",

@@ -19,8 +19,9 @@ import torch
 from grader.cases import cases_for
 from grader.cases.half import HALF_DTYPES, reference64
 from tests.test_catalogue import Item, _define, _items
-from tfcourse.checks._calls import run_call
-from tfcourse.checks._core import HALF_TOLERANCE, judge_case
+from tfcourse.checks.call import run_call
+from tfcourse.checks.case import judge_case
+from tfcourse.checks.tolerance import HALF_TOLERANCE
 
 EXERCISES = {"01_attention": ("softmax", "scaled_dot_product_attention"),
              "02_multi_head_attention": ("MultiHeadAttention",),

@@ -19,8 +19,9 @@ import pytest
 import torch
 
 from tests.test_catalogue import _check, _define, _hint_lines, _items
-from tfcourse.checks._calls import Call, run_call
-from tfcourse.checks._core import Case, CheckFailed, Judge, Mistake, judge_case
+from tfcourse.checks.call import Call, run_call
+from tfcourse.checks.case import Case, CheckFailed, Judge, judge_case
+from tfcourse.checks.hints import Mistake
 from tfcourse.checks.nb01_attention import MISTAKES, visible_cases
 
 MIN_COVERAGE = 0.8

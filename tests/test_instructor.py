@@ -360,7 +360,7 @@ def test_skip_key_covers_limits_device_sandbox_and_grading_code(tmp_path, monkey
         f.write("\n# changed\n")
     assert grading_code_digest(NB1) == before[NB1]  # notebook 02's cases do not grade 01
     assert grading_code_digest(NB2) != before[NB2]
-    with open(copy / "tfcourse" / "checks" / "_core.py", "a") as f:
+    with open(copy / "tfcourse" / "checks" / "case.py", "a") as f:
         f.write("\n# changed\n")
     assert grading_code_digest(NB1) != before[NB1]
 
@@ -572,7 +572,7 @@ def test_learner_env_says_why_a_later_reference_is_missing(tmp_path) -> None:
 
 def test_grader_library_copy_keeps_the_ordinary_error(tmp_path) -> None:
     """The grader's copy for notebook 02 deletes nb02 on: importing it still fails, with the
-    ordinary error (the feedback adds why, tfcourse/checks/_core.py), not the learner
+    ordinary error (the feedback adds why, tfcourse/checks/case.py), not the learner
     environment's "not released yet" (the grader hides it whatever the date)."""
     from grader.runner import _library_copy
 
@@ -592,8 +592,8 @@ def test_visible_check_without_the_reference_says_why() -> None:
 
     import torch
 
-    from tfcourse.checks import _core
     from tfcourse.checks import nb01_attention as checks
+    from tfcourse.checks import run
 
     from .test_nbgrader_roundtrip import NAN_SOFTMAX, SDPA_ON_OWN_SOFTMAX
 
@@ -601,10 +601,10 @@ def test_visible_check_without_the_reference_says_why() -> None:
     exec(NAN_SOFTMAX + SDPA_ON_OWN_SOFTMAX, ns)
     sdpa = ns["scaled_dot_product_attention"]
     cases = checks.NOTEBOOK.cases("scaled_dot_product_attention")
-    _core.run_checks("scaled_dot_product_attention", sdpa, cases, notebook=checks.NOTEBOOK, verbose=False)
+    run.run_checks("scaled_dot_product_attention", sdpa, cases, notebook=checks.NOTEBOOK, verbose=False)
     absent = dataclasses.replace(checks.NOTEBOOK, reference="tfcourse.reference.nb99_not_installed")
-    with pytest.raises(_core.CheckFailed) as failed:
-        _core.run_checks("scaled_dot_product_attention", sdpa, cases, notebook=absent, verbose=False)
+    with pytest.raises(run.CheckFailed) as failed:
+        run.run_checks("scaled_dot_product_attention", sdpa, cases, notebook=absent, verbose=False)
     assert "your `softmax` fails its own check" in str(failed.value), str(failed.value)
     assert "nb99_not_installed is not installed" in str(failed.value)
 

@@ -27,8 +27,9 @@ import torch
 from grader.build import NOTEBOOKS, SOLUTIONS
 from grader.cases import nb02_multi_head_attention as graded
 from tfcourse.checks import nb02_multi_head_attention as nb02
-from tfcourse.checks._calls import run_call
-from tfcourse.checks._core import CheckFailed, judge_case, tolerance
+from tfcourse.checks.call import run_call
+from tfcourse.checks.case import CheckFailed, judge_case
+from tfcourse.checks.tolerance import tolerance
 from tfcourse.notebook import read_notebook, setup_source
 
 pytestmark = pytest.mark.nb02

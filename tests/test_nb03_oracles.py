@@ -32,7 +32,7 @@ import pytest
 import torch
 
 from tfcourse.checks import nb03_positional_encodings as checks
-from tfcourse.checks._core import CheckFailed
+from tfcourse.checks.case import CheckFailed
 from tfcourse.checks.nb03_positional_encodings import cases
 from tfcourse.device import make_generator
 from tfcourse.reference import nb03_positional_encodings as ref

@@ -19,14 +19,15 @@ import torch
 from torch import nn
 
 from grader.cases import cases_for, reference_outcomes
-from tfcourse.checks._calls import run_call
-from tfcourse.checks._core import HALF_TOLERANCE, judge_case
+from tfcourse.checks.call import run_call
+from tfcourse.checks.case import judge_case
 from tfcourse.checks.nb04_normalisation import (
     check_layer_norm,
     check_rms_norm,
     check_RMSNorm,
     visible_cases,
 )
+from tfcourse.checks.tolerance import HALF_TOLERANCE
 from tfcourse.reference import nb04_normalisation as ref
 
 pytestmark = pytest.mark.nb04

@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from grader.cases import cases_for, reference_outcomes
-from tfcourse.checks._calls import run_call
-from tfcourse.checks._core import HALF_TOLERANCE, judge_case
+from tfcourse.checks.call import run_call
+from tfcourse.checks.case import judge_case
 from tfcourse.checks.nb05_feed_forward import check_SwiGLU
 from tfcourse.checks.nb05_feed_forward.cases import (
     check_margin,
@@ -29,6 +29,7 @@ from tfcourse.checks.nb05_feed_forward.cases import (
     moe_inputs,
     swiglu_state,
 )
+from tfcourse.checks.tolerance import HALF_TOLERANCE
 from tfcourse.reference import nb05_feed_forward as ref
 
 pytestmark = pytest.mark.nb05

@@ -25,8 +25,8 @@ from unittest import mock
 import pytest
 import torch
 
-from tfcourse.checks._calls import run_call
-from tfcourse.checks._core import judge_case
+from tfcourse.checks.call import run_call
+from tfcourse.checks.case import judge_case
 from tfcourse.checks.nb06_kv_cache.cases import ROW_A, ROW_B, sampling_case
 from tfcourse.checks.nb06_kv_cache.mistakes import MISTAKES, SAMPLING
 from tfcourse.device import single_thread

@@ -10,7 +10,7 @@ import pytest
 
 from grader import report as rep
 from grader.batch import error_row
-from tfcourse.checks._calls import outcome_from_json, safe_text
+from tfcourse.checks.wire import outcome_from_json, safe_text
 
 ODD = "lone \ud800 low \udfff nul \x00 esc \x1b[2J bell \x07 cr \r del \x7f c1 \x9b end"
 

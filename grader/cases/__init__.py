@@ -12,17 +12,10 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tfcourse.checks._calls import Call, run_call
-from tfcourse.checks._core import (
-    Case,
-    CheckFailed,
-    Judge,
-    Mistake,
-    _fmt_dtype,
-    judge_case,
-    not_attempted,
-    with_stand_ins,
-)
+from tfcourse.checks.call import Call, run_call
+from tfcourse.checks.case import Case, CheckFailed, Judge, fmt_dtype, judge_case
+from tfcourse.checks.hints import Mistake
+from tfcourse.checks.run import not_attempted, with_stand_ins
 
 from ..names import module_name
 
@@ -72,8 +65,8 @@ def tensors_judge(atol: float | None = None, rtol: float | None = None) -> Calla
                 name = f"result {index + 1}" if len(exp.tensors) > 1 else "output"
                 j.require(tuple(got.shape) == tuple(want.shape), f"{name} has shape {tuple(got.shape)}; expected "
                           f"{tuple(want.shape)}", hint=j.mistake_hint(call, index, check_shape_only=True), call=call)
-                j.require(got.dtype == want.dtype, f"{name} is {_fmt_dtype(got.dtype)}; expected "
-                          f"{_fmt_dtype(want.dtype)}", call=call)
+                j.require(got.dtype == want.dtype, f"{name} is {fmt_dtype(got.dtype)}; expected "
+                          f"{fmt_dtype(want.dtype)}", call=call)
                 j.close(got, want, name=name, atol=atol, rtol=rtol, call=call, index=index, oracle="reference")
 
     return judge

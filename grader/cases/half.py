@@ -4,7 +4,7 @@ Modern models run attention in float16 or bfloat16, so an answer must work there
 filled with -1e9 raises on float16, where the reference works). A half case builds its inputs in
 float32 and casts them to the half dtype; the answer must return that dtype, and its values are
 compared with the reference solution run in float64 on the same (half-valued) inputs, within
-``tfcourse.checks._core.HALF_TOLERANCE`` (docs/conventions.md, "Half precision"): a correct
+``tfcourse.checks.tolerance.HALF_TOLERANCE`` (docs/conventions.md, "Half precision"): a correct
 answer computed in half or in float32 and cast back passes, a real bug does not
 (tests/test_half.py measures both).
 """
@@ -18,9 +18,11 @@ from typing import Any
 
 import torch
 
-from tfcourse.checks._calls import Call, Outcome, TorchModule, run_call
-from tfcourse.checks._core import Case, Judge, Mistake
+from tfcourse.checks.call import Call, TorchModule, run_call
+from tfcourse.checks.case import Case, Judge
+from tfcourse.checks.hints import Mistake
 from tfcourse.checks.nb01_attention import half_precision_errors
+from tfcourse.checks.outcome import Outcome
 
 from ..names import module_name
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from tfcourse.checks._calls import DEVICE, Call
-from tfcourse.checks._core import Case, Judge
+from tfcourse.checks.call import DEVICE, Call
+from tfcourse.checks.case import Case, Judge
 from tfcourse.checks.nb01_attention import EXERCISES, MISTAKES, visible_cases
 from tfcourse.device import make_generator
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from tfcourse.checks._calls import Call
-from tfcourse.checks._core import Case, Judge
+from tfcourse.checks.call import Call
+from tfcourse.checks.case import Case, Judge
 from tfcourse.checks.nb02_multi_head_attention import (
     EXERCISES,
     MHA_ERRORS,

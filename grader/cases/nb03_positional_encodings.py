@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from tfcourse.checks._calls import Call
-from tfcourse.checks._core import Case, Judge
+from tfcourse.checks.call import Call
+from tfcourse.checks.case import Case, Judge
 from tfcourse.checks.nb03_positional_encodings import EXERCISES, MISTAKES, visible_cases
 from tfcourse.checks.nb03_positional_encodings.cases import (
     angle_atol,

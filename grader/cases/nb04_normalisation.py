@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import torch
 
-from tfcourse.checks._calls import Call, TorchModule
-from tfcourse.checks._core import Case, Judge
+from tfcourse.checks.call import Call, TorchModule
+from tfcourse.checks.case import Case, Judge
 from tfcourse.checks.nb04_normalisation import EXERCISES, MISTAKES, visible_cases
 from tfcourse.checks.nb04_normalisation.cases import (
     BACKWARD_NAMES,

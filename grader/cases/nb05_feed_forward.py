@@ -23,8 +23,8 @@ from collections.abc import Callable
 
 import torch
 
-from tfcourse.checks._calls import Call
-from tfcourse.checks._core import Case, Judge
+from tfcourse.checks.call import Call
+from tfcourse.checks.case import Case, Judge
 from tfcourse.checks.nb05_feed_forward import EXERCISES, MISTAKES, visible_cases
 from tfcourse.checks.nb05_feed_forward.cases import (
     MARGIN,

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import torch
 
-from tfcourse.checks._calls import Call, Instance, Step
-from tfcourse.checks._core import Case, Judge, _fmt_dtype
+from tfcourse.checks.call import Call, Instance, Step
+from tfcourse.checks.case import Case, Judge, fmt_dtype
 from tfcourse.checks.nb06_kv_cache import EXERCISES, MISTAKES, visible_cases
 from tfcourse.checks.nb06_kv_cache.cases import (
     ATTN_TOL,
@@ -72,7 +72,7 @@ def _kv_cache(seed: int) -> list[Case]:
             k, v = _randn(g, b, gh, t, dh, dtype=dtype), _randn(g, b, gh, t, dh, dtype=dtype)
             steps += [Step("update", (k, v)), Step("seq_len", attribute=True)]
         steps += [Step("k", attribute=True), Step("v", attribute=True)]
-        out.append(_hidden("KVCache", f"(B, G, Dh) = ({b}, {gh}, {dh}), chunks {chunks}, {_fmt_dtype(dtype)}",
+        out.append(_hidden("KVCache", f"(B, G, Dh) = ({b}, {gh}, {dh}), chunks {chunks}, {fmt_dtype(dtype)}",
                            [Call("KVCache", (), steps=tuple(steps))], s))
     s = seed * 1000 + 150
     g = make_generator(s)
@@ -97,7 +97,7 @@ def _attention(seed: int) -> list[Case]:
         x = _randn(g, b, chunks[0], d, dtype=dtype)
         call = Call("CausalSelfAttention", (d, h, theta), state=attention_state(s, d, dtype), forward_args=(x,))
         out.append(_hidden("CausalSelfAttention", f"no cache, (B, T, D) = ({b}, {chunks[0]}, {d}), H = {h}, "
-                           f"rope_theta = {theta:g}, {_fmt_dtype(dtype)}", [call], s, dtype=dtype))
+                           f"rope_theta = {theta:g}, {fmt_dtype(dtype)}", [call], s, dtype=dtype))
     for i, (chunks, dtype) in enumerate((((6, 1, 1, 2), torch.float64), ((3, 4, 1), torch.float32),
                                          ((1, 1, 1, 1, 3), torch.float64))):
         s = seed * 1000 + 250 + i
@@ -108,7 +108,7 @@ def _attention(seed: int) -> list[Case]:
         steps = chunked_steps(x, chunks, "cache", cache) + [Step("k", on="c", attribute=True),
                                                             Step("v", on="c", attribute=True)]
         call = Call("CausalSelfAttention", (d, h), state=attention_state(s, d, dtype), steps=tuple(steps))
-        out.append(_hidden("CausalSelfAttention", f"a cache, chunks {list(chunks)}, H = {h}, {_fmt_dtype(dtype)}: "
+        out.append(_hidden("CausalSelfAttention", f"a cache, chunks {list(chunks)}, H = {h}, {fmt_dtype(dtype)}: "
                            "outputs, then cache.k and cache.v", [call], s, part="cache", dtype=dtype))
     return out
 
@@ -131,7 +131,7 @@ def _block(seed: int) -> list[Case]:
                         steps=tuple(chunked_steps(x, chunks, "cache", Instance("KVCache", key="c"))))
         what = "no cache" if len(chunks) == 1 else f"a cache, chunks {list(chunks)}"
         out.append(_hidden("DecoderBlock", f"{what}, H = {h}, d_ff = {d_ff}, rope_theta = {theta:g}"
-                           + (f", eps = {eps:g}" if eps else "") + f", {_fmt_dtype(dtype)}", [call], s, dtype=dtype))
+                           + (f", eps = {eps:g}" if eps else "") + f", {fmt_dtype(dtype)}", [call], s, dtype=dtype))
     return out
 
 
@@ -159,7 +159,7 @@ def _lm(seed: int) -> list[Case]:
                         steps=tuple(chunked_steps(ids, chunks, "caches", caches)))
         what = "no cache" if len(chunks) == 1 else f"caches, chunks {list(chunks)}"
         out.append(_hidden("DecoderLM", f"V = {vocab}, D = {d}, L = {layers}, H = {h}, {what}"
-                           + (", tied" if tied else "") + f", {_fmt_dtype(dtype)}", [call], s, part=part, dtype=dtype))
+                           + (", tied" if tied else "") + f", {fmt_dtype(dtype)}", [call], s, part=part, dtype=dtype))
     return out
 
 
@@ -203,7 +203,7 @@ def _sampling(seed: int) -> list[Case]:
         g = make_generator(s)
         logits = _randn(g, 6, 30, scale=3.0, dtype=dtype)
         options = {} if i == 0 else {"top_k": 4, "top_p": 0.3}
-        out.append(_hidden("sample_next_token", f"temperature 0 on (6, 30) {_fmt_dtype(dtype)} logits"
+        out.append(_hidden("sample_next_token", f"temperature 0 on (6, 30) {fmt_dtype(dtype)} logits"
                            + (" with top_k and top_p (ignored)" if options else "") + ": the argmax",
                            [Call("sample_next_token", (logits,), {"temperature": 0.0, **options})], s))
     configs = [  # (temperature, top_k, top_p, part)
@@ -274,7 +274,7 @@ def _penalty(seed: int) -> list[Case]:
         logits = _randn(g, b, vocab, scale=2.0, dtype=dtype)
         ids = torch.randint(0, vocab // 2, (b, t), generator=g)
         out.append(_hidden("apply_repetition_penalty", f"penalty {penalty:g}, (B, V) = ({b}, {vocab}), ids with "
-                           f"repeats, {_fmt_dtype(dtype)}", [Call("apply_repetition_penalty", (logits, ids, penalty))],
+                           f"repeats, {fmt_dtype(dtype)}", [Call("apply_repetition_penalty", (logits, ids, penalty))],
                            s))
     return out
 

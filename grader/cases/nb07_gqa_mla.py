@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from tfcourse.checks._calls import Call, Instance, Step
-from tfcourse.checks._core import Case, _fmt_dtype
+from tfcourse.checks.call import Call, Instance, Step
+from tfcourse.checks.case import Case, fmt_dtype
 from tfcourse.checks.nb07_gqa_mla import EXERCISES, MISTAKES, visible_cases
 from tfcourse.checks.nb07_gqa_mla.cases import (
     ATTN_TOL,
@@ -62,7 +62,7 @@ def _repeat_kv(seed: int) -> list[Case]:
         g = make_generator(s)
         b, kv, t, dh, r = _int(g, 1, 4), _int(g, 1, 5), _int(g, 1, 9), 2 * _int(g, 1, 5), (_int(g, 2, 6), 1, 3)[i]
         x = _randn(g, b, kv, t, dh, dtype=dtype)
-        out.append(_hidden("repeat_kv", f"(B, G, S, Dh) = ({b}, {kv}, {t}, {dh}), n_rep = {r}, {_fmt_dtype(dtype)}",
+        out.append(_hidden("repeat_kv", f"(B, G, S, Dh) = ({b}, {kv}, {t}, {dh}), n_rep = {r}, {fmt_dtype(dtype)}",
                            [Call("repeat_kv", (x, r))], s))
     for i, dtype in enumerate(HALF_DTYPES):
         s = seed * 1000 + 150 + i
@@ -95,7 +95,7 @@ def _gqa(seed: int) -> list[Case]:
                 Step("k", on="c", attribute=True), Step("v", on="c", attribute=True))
         what = "no cache" if len(chunks) == 1 else f"a KVCache, chunks {list(chunks)}, then cache.k and cache.v"
         out.append(_hidden("GroupedQueryAttention", f"{what}, D = {d}, H = {h}, G = {kv}, Dh = {dh}, rope_theta = "
-                           f"{theta:g}, {_fmt_dtype(dtype)}",
+                           f"{theta:g}, {fmt_dtype(dtype)}",
                            [Call("GroupedQueryAttention", args, {"rope_theta": theta}, state=state, steps=steps)], s,
                            part="core" if len(chunks) == 1 else "cache", dtype=dtype))
     return out
@@ -113,7 +113,7 @@ def _latent_cache(seed: int) -> list[Case]:
             steps += [Step("update", (_randn(g, b, t, dc, dtype=dtype), _randn(g, b, t, dr, dtype=dtype))),
                       Step("seq_len", attribute=True)]
         steps += [Step("c_kv", attribute=True), Step("k_rope", attribute=True)]
-        out.append(_hidden("LatentCache", f"(B, Dc, dr) = ({b}, {dc}, {dr}), chunks {chunks}, {_fmt_dtype(dtype)}",
+        out.append(_hidden("LatentCache", f"(B, Dc, dr) = ({b}, {dc}, {dr}), chunks {chunks}, {fmt_dtype(dtype)}",
                            [Call("LatentCache", (), steps=tuple(steps))], s))
     s = seed * 1000 + 350
     g = make_generator(s)
@@ -151,7 +151,7 @@ def _mla(seed: int) -> list[Case]:
         out.append(_hidden("MultiHeadLatentAttention", f"{what}, D = {d}, H = {h}, Dc = {dc}, dn = {dn}, dr = {dr}, "
                            f"dv = {dv}, q_lora_rank = {dq}" + (", absorb=True (kv_b_proj's rows counted, K and V "
                                                                "per head refused)" if absorb else "")
-                           + f", {_fmt_dtype(dtype)}",
+                           + f", {fmt_dtype(dtype)}",
                            [Call("MultiHeadLatentAttention", (d, h, dc, dn, dr, dv), kwargs, state=state, steps=steps,
                                  count_rows_of="kv_b_proj" if absorb else "",
                                  forbid_shapes=absorb_forbidden(b, h, dc, dn, dr, dv, chunks) if absorb else ())],

@@ -23,8 +23,8 @@ import functools
 
 import torch
 
-from tfcourse.checks._calls import Call, Instance, Step
-from tfcourse.checks._core import Case, Judge, _fmt_dtype
+from tfcourse.checks.call import Call, Instance, Step
+from tfcourse.checks.case import Case, Judge, fmt_dtype
 from tfcourse.checks.nb08_real_weights import EXERCISES, MISTAKES, probes, visible_cases
 from tfcourse.checks.nb08_real_weights.cases import (
     PROBES,
@@ -158,7 +158,7 @@ def _mean_pool(seed: int) -> list[Case]:
         hidden = (torch.randn(b, t, d, generator=g, dtype=torch.float64) * 3).to(dtype)
         lengths = torch.randint(1, t + 1, (b,), generator=g)
         mask = (torch.arange(t)[None] < lengths[:, None]).to(mask_dtype)
-        out.append(_hidden("mean_pool", f"(B, T, D) = ({b}, {t}, {d}) {_fmt_dtype(dtype)}, a {_fmt_dtype(mask_dtype)} "
+        out.append(_hidden("mean_pool", f"(B, T, D) = ({b}, {t}, {d}) {fmt_dtype(dtype)}, a {fmt_dtype(mask_dtype)} "
                            f"mask, real tokens {lengths.tolist()}", [Call("mean_pool", (hidden, mask))], s))
     return out
 
@@ -195,7 +195,7 @@ def _rollout(seed: int) -> list[Case]:
         layers, b, h, t = _int(g, 1, 5), _int(g, 1, 3), _int(g, 1, 5), _int(g, 2, 8)
         atts = [torch.softmax(torch.randn(b, h, t, t, generator=g, dtype=torch.float64) * 2, -1).to(dtype)
                 for _ in range(layers)]
-        out.append(_hidden("attention_rollout", f"L = {layers}, (B, H, T) = ({b}, {h}, {t}) {_fmt_dtype(dtype)}",
+        out.append(_hidden("attention_rollout", f"L = {layers}, (B, H, T) = ({b}, {h}, {t}) {fmt_dtype(dtype)}",
                            [Call("attention_rollout", (atts,))], s))
     return out
 

@@ -378,10 +378,10 @@ builtins.print = lambda *args, **kwargs: None
 
 PATCH_CHECKS = """\
 import tfcourse.checks as _checks
-import tfcourse.checks._core as _core
-_passed = _core.CaseResult("passed")
-_core.judge_case = _checks.judge_case = lambda *args, **kwargs: _passed
-_core.Judge.close = _core.Judge.require = _core.Judge.fail = lambda self, *args, **kwargs: None
+import tfcourse.checks.case as _case
+_passed = _case.CaseResult("passed")
+_case.judge_case = _checks.judge_case = lambda *args, **kwargs: _passed
+_case.Judge.close = _case.Judge.require = _case.Judge.fail = lambda self, *args, **kwargs: None
 import tfcourse.checks.nb01_attention as _nb01
 for _name in dir(_nb01):
     if _name.startswith("check_"):

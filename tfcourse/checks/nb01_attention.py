@@ -18,8 +18,10 @@ import torch
 import torch.nn.functional as F
 
 from ..device import make_generator
-from ._calls import DEVICE, Call
-from ._core import Case, Judge, Mistake, NotebookChecks, run_checks
+from .call import DEVICE, Call
+from .case import Case, Judge
+from .hints import Mistake
+from .run import NotebookChecks, run_checks
 
 __all__ = [
     "EXERCISES",

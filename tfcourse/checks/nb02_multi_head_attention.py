@@ -33,16 +33,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..device import make_generator
-from ._calls import Call, TorchModule
-from ._core import (
-    Case,
-    Judge,
-    Mistake,
-    NotebookChecks,
-    run_checks,
-    tolerance,
-)
+from .call import Call, TorchModule
+from .case import Case, Judge
+from .hints import Mistake
 from .nb01_attention import HALF_FILL_ERROR
+from .run import NotebookChecks, run_checks
+from .tolerance import tolerance
 
 __all__ = [
     "EXERCISES",

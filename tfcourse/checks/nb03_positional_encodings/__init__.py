@@ -11,7 +11,7 @@ the feedback shows.
 
 from __future__ import annotations
 
-from .._core import NotebookChecks, run_checks
+from ..run import NotebookChecks, run_checks
 from .cases import EXERCISES, visible_cases
 from .mistakes import MISTAKES
 

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ...device import make_generator
-from .._calls import Call
-from .._core import Case, Judge
+from ..call import Call
+from ..case import Case, Judge
 from ..nb02_multi_head_attention import with_error_hints
 from .mistakes import HINT_HEAD_AXIS, MISTAKES
 

@@ -3,7 +3,7 @@
 Each function has its exercise's signature and is self-contained (it never calls another
 exercise by name, so a stand-in never changes it). ``MISTAKES[exercise]`` lists them; the
 feedback shows a hint only when exactly one of them explains the answer on every call of the
-failing case (``tfcourse.checks._core.Judge.mistake_hint``), so the visible cases are built to
+failing case (``tfcourse.checks.case.Judge.mistake_hint``), so the visible cases are built to
 tell them apart (tests/test_hints.py measures it over the catalogue).
 """
 
@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from .._core import Mistake
+from ..hints import Mistake
 
 __all__ = ["MISTAKES"]
 

@@ -14,7 +14,7 @@ forward_args=(x,))``: the weight is loaded by name, so it must be the module's o
 
 from __future__ import annotations
 
-from .._core import NotebookChecks, run_checks
+from ..run import NotebookChecks, run_checks
 from .cases import EXERCISES, visible_cases
 from .mistakes import HINTS, MISTAKES
 

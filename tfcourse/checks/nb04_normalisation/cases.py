@@ -22,8 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from ...device import make_generator
-from .._calls import Call, TorchModule, grad_output_for
-from .._core import Case, Judge, _fmt_dtype, tolerance
+from ..call import Call, TorchModule
+from ..case import Case, Judge, fmt_dtype
+from ..evidence import grad_output_for
+from ..tolerance import tolerance
 from .mistakes import HINTS, MISTAKES
 
 __all__ = ["EXERCISES", "LOAD_HINTS", "RMS_FLOAT64_TOL", "judge_dtype", "norm_tolerance", "visible_cases",
@@ -68,7 +70,7 @@ def judge_dtype(j: Judge, want: torch.dtype, *, call: int = 0, index: int = 0, n
             hint = HINTS["float32_out"]
         elif want == torch.float64 and t.dtype == torch.float32:
             hint = HINTS["float64_down"]
-        j.fail(f"{name} has dtype {_fmt_dtype(t.dtype)}; expected {_fmt_dtype(want)}, the dtype of x",
+        j.fail(f"{name} has dtype {fmt_dtype(t.dtype)}; expected {fmt_dtype(want)}, the dtype of x",
                hint=hint)
     return t
 
@@ -120,7 +122,7 @@ def _close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
 
 
 def _dt(dtype: torch.dtype) -> str:
-    return _fmt_dtype(dtype)
+    return fmt_dtype(dtype)
 
 
 # ---------------------------------------------------------------------------------------------

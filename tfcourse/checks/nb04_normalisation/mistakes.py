@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._core import Mistake
+from ..hints import Mistake
 
 __all__ = ["HINTS", "MISTAKES"]
 

@@ -17,7 +17,7 @@ stands in for it.
 
 from __future__ import annotations
 
-from .._core import NotebookChecks, run_checks
+from ..run import NotebookChecks, run_checks
 from .cases import EXERCISES, visible_cases
 from .mistakes import HINTS, MISTAKES
 

@@ -25,8 +25,10 @@ import torch
 import torch.nn.functional as F
 
 from ...device import make_generator
-from .._calls import INT_STEP, NO_GRADIENT, Call, Step, grad_output_for
-from .._core import Case, Judge, _fmt_dtype, not_a_python_int
+from ..call import INT_STEP, Call, Step
+from ..case import Case, Judge, fmt_dtype, not_a_python_int
+from ..evidence import grad_output_for
+from ..outcome import NO_GRADIENT
 from .mistakes import HINTS, MISTAKES
 
 __all__ = ["EXERCISES", "GRAD_TOL", "LOAD_HINTS", "MARGIN", "MOE_GRAD_NAMES", "MOE_NAMES", "ROUTE_NAMES",
@@ -57,7 +59,7 @@ def router_tolerance(dtype: torch.dtype) -> tuple[float | None, float | None]:
 
 
 def _dt(dtype: torch.dtype) -> str:
-    return _fmt_dtype(dtype)
+    return fmt_dtype(dtype)
 
 
 def _x(seed: int, *shape: int, dtype: torch.dtype = F64, scale: float = 1.0) -> torch.Tensor:

@@ -19,7 +19,7 @@ namespace holds.
 
 from __future__ import annotations
 
-from .._core import NotebookChecks, run_checks
+from ..run import NotebookChecks, run_checks
 from .cases import EXERCISES, visible_cases
 from .mistakes import HINTS, MISTAKES
 

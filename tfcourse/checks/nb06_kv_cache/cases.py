@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from ...device import make_generator
-from .._calls import DEVICE, INT_STEP, Call, Instance, Step
-from .._core import Case, Judge, _fmt_dtype, not_a_python_int
+from ..call import DEVICE, INT_STEP, Call, Instance, Step
+from ..case import Case, Judge, fmt_dtype, not_a_python_int
 from .mistakes import HINTS, MISTAKES, SAMPLING, filtered_probs
 
 __all__ = ["ATTN_TOL", "EXERCISES", "GENERATOR", "N_DRAWS", "PROBE", "attention_oracle", "attention_state",
@@ -122,8 +122,8 @@ def _kv_case(title: str, seed: int, dtype: torch.dtype, b: int, g: int, dh: int,
             for name, have, want in (("k", k_all, want_k), ("v", v_all, want_v)):
                 j.require(tuple(have.shape) == tuple(want.shape), f"{which} returned {name} of shape "
                           f"{tuple(have.shape)}; expected (B, G, P + T, Dh) = {tuple(want.shape)}")
-                j.require(have.dtype == dtype, f"{which} returned {name} as {_fmt_dtype(have.dtype)}; expected "
-                          f"{_fmt_dtype(dtype)}, the dtype it was given")
+                j.require(have.dtype == dtype, f"{which} returned {name} as {fmt_dtype(have.dtype)}; expected "
+                          f"{fmt_dtype(dtype)}, the dtype it was given")
                 j.close(have, want, name=f"{which}: returned {name}", oracle="torch.cat of every chunk so far")
             j.require(n.dim() == 0 and int(n) == total, f"seq_len after {which} is {n.tolist()}; expected "
                       f"{total}, the number of cached positions")
@@ -266,7 +266,7 @@ def judge_chunks(j: Judge, got: list[torch.Tensor], full: torch.Tensor, chunks: 
         where = "the prefill" if i == 0 else f"call {i + 1} ({t} new token{'s' if t > 1 else ''} after {at} cached)"
         j.require(tuple(out.shape) == tuple(rows.shape), f"{what} of {where} has shape {tuple(out.shape)}; "
                   f"expected {tuple(rows.shape)}", hint=j.mistake_hint(0, check_shape_only=True))
-        j.require(out.dtype == dtype, f"{what} of {where} is {_fmt_dtype(out.dtype)}; expected {_fmt_dtype(dtype)}")
+        j.require(out.dtype == dtype, f"{what} of {where} is {fmt_dtype(out.dtype)}; expected {fmt_dtype(dtype)}")
         j.close(out, rows, name=f"{what} of {where}", atol=atol, rtol=rtol,
                 oracle=f"rows {at}..{at + t - 1} without a cache")
         at += t
@@ -294,7 +294,7 @@ def _attn_full_case(title: str, seed: int, b: int, t: int, d: int, h: int, dtype
             out = j.tensor(shape=(b, t, d))
         j.require(tuple(out.shape) == (b, t, d), f"output has shape {tuple(out.shape)}; expected {(b, t, d)}",
                   hint=j.mistake_hint(check_shape_only=True))
-        j.require(out.dtype == dtype, f"output is {_fmt_dtype(out.dtype)}; expected {_fmt_dtype(dtype)}, x's dtype")
+        j.require(out.dtype == dtype, f"output is {fmt_dtype(out.dtype)}; expected {fmt_dtype(dtype)}, x's dtype")
         j.close(out, want.to(torch.float64), atol=atol, rtol=rtol,
                 oracle="F.scaled_dot_product_attention with RoPE (float64)")
 

@@ -30,7 +30,7 @@ from tfcourse.reference.nb03_positional_encodings import apply_rope, rope_cos_si
 from tfcourse.reference.nb04_normalisation import RMSNorm
 from tfcourse.reference.nb05_feed_forward import SwiGLU
 
-from .._core import Mistake
+from ..hints import Mistake
 
 __all__ = ["HINTS", "MISTAKES", "SAMPLING", "filtered_probs"]
 

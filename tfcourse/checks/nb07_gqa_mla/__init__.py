@@ -15,7 +15,7 @@ by the course's version while the caller is checked.
 
 from __future__ import annotations
 
-from .._core import NotebookChecks, run_checks
+from ..run import NotebookChecks, run_checks
 from .cases import EXERCISES, visible_cases
 from .mistakes import HINTS, MISTAKES
 

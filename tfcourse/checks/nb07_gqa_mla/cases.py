@@ -26,8 +26,9 @@ import torch
 import torch.nn.functional as F
 
 from ...device import make_generator
-from .._calls import FORBIDDEN_SHAPE, INT_STEP, Call, Instance, Step
-from .._core import Case, Judge, _fmt_dtype, not_a_python_int
+from ..call import INT_STEP, Call, Instance, Step
+from ..case import Case, Judge, fmt_dtype, not_a_python_int
+from ..outcome import FORBIDDEN_SHAPE
 from .mistakes import HINTS, MISTAKES
 
 __all__ = ["ATTN_TOL", "EXERCISES", "INT_STEP", "LOADER", "absorb_forbidden", "error_hint", "gqa_oracle", "gqa_state", "mla_oracle", "mla_state",
@@ -299,7 +300,7 @@ def judge_chunks(j: Judge, got: Sequence[torch.Tensor], full: torch.Tensor, chun
                                                        f"{at} cached)")
         j.require(tuple(out.shape) == tuple(rows.shape), f"{where} has shape {tuple(out.shape)}; expected "
                   f"{tuple(rows.shape)}", hint=j.mistake_hint(0, check_shape_only=True))
-        j.require(out.dtype == dtype, f"{where} is {_fmt_dtype(out.dtype)}; expected {_fmt_dtype(dtype)}")
+        j.require(out.dtype == dtype, f"{where} is {fmt_dtype(out.dtype)}; expected {fmt_dtype(dtype)}")
         oracle = "the whole sequence without a cache" if len(chunks) > 1 else "the float64 oracle"
         j.close(out, rows, name=where, atol=atol, rtol=rtol, oracle=f"{oracle} (rows {at}..{at + t - 1})")
         at += t
@@ -398,8 +399,8 @@ def _latent_case(title: str, seed: int, dtype: torch.dtype, b: int, dc: int, dr:
                 j.require(tuple(have.shape) == tuple(want.shape), f"{which} returned {name} of shape "
                           f"{tuple(have.shape)}; expected (B, P + T, width) = {tuple(want.shape)}",
                           hint=j.mistake_hint(check_shape_only=True))
-                j.require(have.dtype == dtype, f"{which} returned {name} as {_fmt_dtype(have.dtype)}; expected "
-                          f"{_fmt_dtype(dtype)}")
+                j.require(have.dtype == dtype, f"{which} returned {name} as {fmt_dtype(have.dtype)}; expected "
+                          f"{fmt_dtype(dtype)}")
                 j.close(have, want, name=f"{which}: returned {name}", oracle="torch.cat of every chunk so far")
             j.require(n.dim() == 0 and int(n) == total, f"seq_len after {which} is {n.tolist()}; expected {total}, "
                       "the number of cached positions", hint=j.mistake_hint())

@@ -29,7 +29,7 @@ from tfcourse.reference.nb03_positional_encodings import apply_rope, rope_cos_si
 from tfcourse.reference.nb04_normalisation import RMSNorm
 from tfcourse.reference.nb06_kv_cache import KVCache
 
-from .._core import Mistake
+from ..hints import Mistake
 
 __all__ = ["HINTS", "MISTAKES", "KVCache", "LatentCache", "GroupedQueryAttention", "repeat_kv"]
 

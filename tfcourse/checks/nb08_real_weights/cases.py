@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from .._calls import Call, Instance, Step
-from .._core import Case, Judge, _fmt_dtype
+from ..call import Call, Instance, Step
+from ..case import Case, Judge, fmt_dtype
 from . import probes
 from .mistakes import HINTS, MISTAKES
 
@@ -307,7 +307,7 @@ def decoder_case(config: str, seed: int, ids: torch.Tensor, *, quantized: bool =
             j.close(p.to(want.dtype), want, name=f"model.{name} after loading", atol=1e-6, rtol=0,
                     oracle="the file's tensor after the q/k permutation" if permuted else "the file's tensor")
             if p.dtype != dtype:
-                j.fail(f"model.{name} is {_fmt_dtype(p.dtype)} after loading a {_fmt_dtype(dtype)} model: "
+                j.fail(f"model.{name} is {fmt_dtype(p.dtype)} after loading a {fmt_dtype(dtype)} model: "
                        "cast each tensor to its parameter's dtype", hint=HINTS["no_cast"])
         if is_tied != tied:
             j.fail("lm_head.weight is tok_emb.weight is False after loading a tied model: they are two "
@@ -320,7 +320,7 @@ def decoder_case(config: str, seed: int, ids: torch.Tensor, *, quantized: bool =
 
     what = title or (f"a tiny {'tied' if tied else 'untied'} GGUF file (H = {c['num_heads']}, G = "
                      f"{c['num_kv_heads']}, L = {c['num_layers']}, {'F32 + Q8_0' if quantized else 'F32'})"
-                     + ("" if dtype == torch.float32 else f" into a {_fmt_dtype(dtype)} model") +
+                     + ("" if dtype == torch.float32 else f" into a {fmt_dtype(dtype)} model") +
                      ": parameters, tie and logits vs transformers' LlamaForCausalLM")
     return _case("load_decoder_weights", what, [call], judge, seed=seed)
 
@@ -487,7 +487,7 @@ def pool_case(seed: int, b: int, t: int, d: int, lengths: list[int], dtype: torc
         tol = {} if dtype in (torch.float16, torch.bfloat16) else {"atol": 1e-5 if dtype == torch.float32 else 1e-10}
         j.close(got, want, oracle="the mean over each row's real tokens", tol_dtype=dtype, **tol)
 
-    what = title or (f"(B, T, D) = ({b}, {t}, {d}) {_fmt_dtype(dtype)}, a {_fmt_dtype(mask_dtype)} mask, real tokens "
+    what = title or (f"(B, T, D) = ({b}, {t}, {d}) {fmt_dtype(dtype)}, a {fmt_dtype(mask_dtype)} mask, real tokens "
                      f"per row {lengths}")
     return _case("mean_pool", what, [Call("mean_pool", (hidden, mask))], judge, seed=seed)
 
@@ -537,7 +537,7 @@ def divergence_case(title: str, expected: int | None, model_b: dict, *, model_a:
         elif got.shape == (0,) and got.dtype == torch.float64:
             answer = None
         else:
-            answer = f"a {_fmt_dtype(got.dtype)} value of shape {tuple(got.shape)}"
+            answer = f"a {fmt_dtype(got.dtype)} value of shape {tuple(got.shape)}"
         if isinstance(answer, str):
             j.fail(f"returned {answer}; expected a Python int (a block index) or None",
                    hint="return a Python int (int(i)) or None, not a tensor or a float")
@@ -601,7 +601,7 @@ def rollout_case(seed: int, layers: int, b: int, h: int, t: int, dtype: torch.dt
         j.close(got, want, oracle="Â_L···Â_1", tol_dtype=dtype,
                 **({"atol": 1e-12, "rtol": 1e-9} if dtype == torch.float64 else {}))
 
-    return _case("attention_rollout", f"L = {layers} layers of (B, H, T, T) = ({b}, {h}, {t}, {t}) {_fmt_dtype(dtype)}",
+    return _case("attention_rollout", f"L = {layers} layers of (B, H, T, T) = ({b}, {h}, {t}, {t}) {fmt_dtype(dtype)}",
                  [Call("attention_rollout", (atts,))], judge, seed=seed)
 
 

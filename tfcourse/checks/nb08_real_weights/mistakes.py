@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._core import Mistake
+from ..hints import Mistake
 
 __all__ = ["HINTS", "MISTAKES"]
 

@@ -443,9 +443,11 @@ def test_the_notebook_check_refuses_the_notebooks_own_reference_module():
     """The grader hides tfcourse.reference.<this notebook>: an answer that imports from it must fail
     in the notebook too (nb06's review: a generate using the reference's sample_next_token passed the
     check and got a bare ModuleNotFoundError in the grader). Other modules' names are fine."""
-    from tfcourse.checks.run import NotebookChecks, reference_dependencies
+    from tfcourse.checks.protocol import NotebookChecks
+    from tfcourse.checks.run import reference_dependencies
 
-    book = NotebookChecks(("f",), lambda e: [], "tfcourse.reference.nb01_attention")
+    book = NotebookChecks("01_attention")
+    book.exercise("f")(list)
     from tfcourse.reference.nb01_attention import causal_mask
 
     namespace = {"causal_mask": causal_mask, "torch": torch}

@@ -22,7 +22,7 @@ from tests.test_catalogue import _check, _define, _hint_lines, _items
 from tfcourse.checks.call import Call, run_call
 from tfcourse.checks.case import Case, CheckFailed, Judge, judge_case
 from tfcourse.checks.hints import Mistake
-from tfcourse.checks.nb01_attention import MISTAKES, visible_cases
+from tfcourse.checks.nb01_attention import MISTAKES, NOTEBOOK
 
 MIN_COVERAGE = 0.8
 
@@ -101,7 +101,7 @@ def _clamped_shift(x, dim=-1):
 @pytest.mark.parametrize("answer", [_global_shift_zeroed, _clamped_shift])
 def test_issue_example_shift_by_one_max_is_not_told_to_normalise_each_slice(answer):
     x = torch.tensor([[1000.0, 999.0, 0.0], [-1000.0, -1001.0, -1002.0]], dtype=torch.float64)
-    (case,) = [c for c in visible_cases("softmax") if torch.equal(c.calls[0].args[0], x)]
+    (case,) = [c for c in NOTEBOOK.cases("softmax") if torch.equal(c.calls[0].args[0], x)]
     result = judge_case(case, [run_call(c, {"softmax": answer}) for c in case.calls])
     assert result.status == "failed"
     hints = _hint_lines(result.message)

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import io
 from contextlib import redirect_stdout
@@ -29,6 +28,8 @@ from grader.cases import nb02_multi_head_attention as graded
 from tfcourse.checks import nb02_multi_head_attention as nb02
 from tfcourse.checks.call import run_call
 from tfcourse.checks.case import CheckFailed, judge_case
+from tfcourse.checks.nb02_multi_head_attention import cases as nb02_cases
+from tfcourse.checks.nb02_multi_head_attention import mistakes as nb02_mistakes
 from tfcourse.checks.tolerance import tolerance
 from tfcourse.notebook import read_notebook, setup_source
 
@@ -72,7 +73,7 @@ def test_every_catalogued_mistake_is_caught_with_its_own_hint(exercise, mistake)
 
 
 def _only_case(exercise: str, title_part: str):
-    (case,) = [c for c in nb02.visible_cases(exercise) if title_part in c.title]
+    (case,) = [c for c in nb02.NOTEBOOK.cases(exercise) if title_part in c.title]
     return case
 
 
@@ -102,7 +103,7 @@ def test_property_cases_catch_their_mistake_on_their_own(exercise, title_part, m
 def test_the_two_oracles_agree(dtype, t, s, mask_kind):
     g = torch.Generator().manual_seed(7)
     d_model, num_heads, batch = 16, 4, 2
-    state = nb02.random_mha_state(3, d_model, bias=True, dtype=dtype)
+    state = nb02_cases.random_mha_state(3, d_model, bias=True, dtype=dtype)
     x = torch.randn(batch, t, d_model, generator=g, dtype=dtype)
     context = None if s is None else torch.randn(batch, s, d_model, generator=g, dtype=dtype)
     s_len = t if s is None else s
@@ -111,17 +112,17 @@ def test_the_two_oracles_agree(dtype, t, s, mask_kind):
             "padding": (torch.arange(s_len)[None, :] < torch.tensor([s_len, 2])[:, None])[:, None, None, :],
             "random": (torch.rand(batch, 1, t, s_len, generator=g) > 0.5) | torch.eye(t, s_len, dtype=torch.bool),
             }[mask_kind]
-    by_torch = nb02._torch_oracle(nb02.to_torch_state(state), num_heads, x, context, mask)
-    by_heads = nb02._per_head_sdpa_oracle(state, num_heads, x, context, mask)
+    by_torch = nb02_cases.torch_oracle(nb02_cases.to_torch_state(state), num_heads, x, context, mask)
+    by_heads = nb02_cases.per_head_sdpa_oracle(state, num_heads, x, context, mask)
     atol, rtol = tolerance(dtype)
     torch.testing.assert_close(by_torch, by_heads, atol=atol, rtol=rtol)
     # the state conversions are inverses
-    back = nb02.from_torch_state(nb02.to_torch_state(state))
+    back = nb02_cases.from_torch_state(nb02_cases.to_torch_state(state))
     assert back.keys() == state.keys() and all(torch.equal(back[k], state[k]) for k in state)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("exercise", nb02.EXERCISES)
+@pytest.mark.parametrize("exercise", nb02.NOTEBOOK.exercises)
 def test_reference_passes_every_case(exercise, seed):
     cases = graded.cases(exercise, seed)
     assert any(c.hidden for c in cases) and any(not c.hidden for c in cases)
@@ -166,23 +167,23 @@ def _module(init: str, names=("q_proj", "k_proj", "v_proj", "o_proj")) -> str:
         "        self.key = nn.Linear(d_model, d_model, bias=bias)\n"
         "        self.value = nn.Linear(d_model, d_model, bias=bias)\n"
         "        self.out = nn.Linear(d_model, d_model, bias=bias)\n", ("query", "key", "value", "out")),
-     nb02.NAMES_HINT),
+     nb02_cases.NAMES_HINT),
     ("bias argument ignored", _module(
         "        self.q_proj = nn.Linear(d_model, d_model)\n"
         "        self.k_proj = nn.Linear(d_model, d_model)\n"
         "        self.v_proj = nn.Linear(d_model, d_model)\n"
-        "        self.o_proj = nn.Linear(d_model, d_model)\n"), nb02.NAMES_HINT),
+        "        self.o_proj = nn.Linear(d_model, d_model)\n"), nb02_cases.NAMES_HINT),
     ("an extra parameter", _module(
         "        self.q_proj = nn.Linear(d_model, d_model, bias=bias)\n"
         "        self.k_proj = nn.Linear(d_model, d_model, bias=bias)\n"
         "        self.v_proj = nn.Linear(d_model, d_model, bias=bias)\n"
         "        self.o_proj = nn.Linear(d_model, d_model, bias=bias)\n"
-        "        self.temperature = nn.Parameter(torch.ones(()))\n"), nb02.NAMES_HINT),
+        "        self.temperature = nn.Parameter(torch.ones(()))\n"), nb02_cases.NAMES_HINT),
     ("projections to one head's width", _module(
         "        self.q_proj = nn.Linear(d_model, d_model // num_heads, bias=bias)\n"
         "        self.k_proj = nn.Linear(d_model, d_model // num_heads, bias=bias)\n"
         "        self.v_proj = nn.Linear(d_model, d_model // num_heads, bias=bias)\n"
-        "        self.o_proj = nn.Linear(d_model, d_model, bias=bias)\n"), nb02.SIZES_HINT),
+        "        self.o_proj = nn.Linear(d_model, d_model, bias=bias)\n"), nb02_cases.SIZES_HINT),
 ])
 def test_weights_are_loaded_by_parameter_name(name, source, hint):
     feedback = _feedback("MultiHeadAttention", _cell_namespace(source)["MultiHeadAttention"])
@@ -293,7 +294,7 @@ def test_a_conversion_is_not_charged_for_an_unfinished_module():
 
 
 def test_a_conversion_is_not_charged_for_a_module_that_raises():
-    class Raises(nb02._MHA):
+    class Raises(nb02_mistakes._MHA):
         def forward(self, x, context=None, mask=None):
             out = super().forward(x, context, mask)
             return out.transpose(1, 2).view(out.shape)  # RuntimeError: view after transpose
@@ -307,12 +308,12 @@ def test_a_conversion_is_not_charged_for_a_module_that_raises():
 def test_without_the_course_solutions_a_module_that_raises_is_blamed_on_exercise_3(monkeypatch):
     """Where the course's reference is not installed (nothing can stand in), the feedback says
     the learner's own module raises the same."""
-    class Raises(nb02._MHA):
+    class Raises(nb02_mistakes._MHA):
         def forward(self, x, context=None, mask=None):
             out = super().forward(x, context, mask)
             return out.transpose(1, 2).view(out.shape)
 
-    monkeypatch.setattr(nb02, "NOTEBOOK", dataclasses.replace(nb02.NOTEBOOK, reference="tfcourse.reference.absent"))
+    monkeypatch.setattr(nb02.NOTEBOOK, "reference", "tfcourse.reference.absent")
     feedback = _feedback("mha_from_torch", _with_module(Raises, _from_torch_source())["mha_from_torch"])
     assert "raises the same" in feedback and "exercise 3" in _hint(feedback), feedback
 

@@ -263,7 +263,7 @@ def test_angle_tolerance_accepts_every_correct_form_and_catches_every_mistake_at
     assert min(bugs.values()) > 50, bugs
 
 
-@pytest.mark.parametrize("exercise", checks.EXERCISES)
+@pytest.mark.parametrize("exercise", checks.NOTEBOOK.exercises)
 def test_every_catalogued_mistake_fails_its_check_with_its_own_hint(exercise):
     """A hint is shown only when one catalogued mistake explains the answer: each mistake, taken
     as the answer, must fail the visible checks and get its own hint (no other mistake on that

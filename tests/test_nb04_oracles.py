@@ -21,11 +21,11 @@ from torch import nn
 from grader.cases import cases_for, reference_outcomes
 from tfcourse.checks.call import run_call
 from tfcourse.checks.case import judge_case
+from tfcourse.checks.nb04_normalisation import NOTEBOOK as NB04
 from tfcourse.checks.nb04_normalisation import (
     check_layer_norm,
     check_rms_norm,
     check_RMSNorm,
-    visible_cases,
 )
 from tfcourse.checks.tolerance import HALF_TOLERANCE
 from tfcourse.reference import nb04_normalisation as ref
@@ -137,7 +137,7 @@ def test_hf_gemma_rmsnorm_fails_with_the_one_plus_w_hint():
     class RMSNorm(modeling.GemmaRMSNorm):
         pass
 
-    fresh, loaded = visible_cases("RMSNorm")[:2]
+    fresh, loaded = NB04.cases("RMSNorm")[:2]
     for case, status in ((fresh, "passed"), (loaded, "failed")):
         result = judge_case(case, [run_call(c, {"RMSNorm": RMSNorm}) for c in case.calls])
         assert result.status == status, result.message

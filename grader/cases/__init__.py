@@ -1,7 +1,9 @@
 """Grading cases per notebook: the visible checks from ``tfcourse.checks`` plus hidden cases.
 
-``grader.cases.nbNN_topic.cases(exercise, seed)`` returns every case the grader runs for one
-exercise. Hidden cases are generated from the grader's seed and judged against the reference
+Each ``grader.cases.nbNN_topic`` module makes a :class:`HiddenCases` from its notebook's
+``NotebookChecks`` and registers one builder per exercise (``@HIDDEN.exercise("softmax")``);
+its ``cases(exercise, seed)`` returns every case the grader runs for one exercise, the visible
+ones first. Hidden cases are generated from the grader's seed and judged against the reference
 solution, which the grading process computes itself; the learner's child process never sees
 this package.
 """
@@ -15,11 +17,45 @@ from typing import Any
 from tfcourse.checks.call import Call, run_call
 from tfcourse.checks.case import Case, CheckFailed, Judge, fmt_dtype, judge_case
 from tfcourse.checks.hints import Mistake
+from tfcourse.checks.protocol import NotebookChecks
 from tfcourse.checks.run import not_attempted, with_stand_ins
 
 from ..names import module_name
 
 DEFAULT_SEED = 0
+
+
+class HiddenCases:
+    """One notebook's hidden cases, registered per exercise on its ``NotebookChecks``
+    (``tfcourse.checks.protocol``): ``@HIDDEN.exercise(name)`` registers ``build(seed) ->
+    list[Case]``; every exercise of the notebook needs one (tests/test_protocol.py)."""
+
+    def __init__(self, checks: NotebookChecks) -> None:
+        self.checks = checks
+        self._builders: dict[str, Callable[[int], list[Case]]] = {}
+
+    def exercise(self, name: str) -> Callable[[Callable[[int], list[Case]]], Callable[[int], list[Case]]]:
+        if name not in self.checks.exercises:
+            raise ValueError(f"{self.checks.name} has no exercise {name!r}")
+        if name in self._builders:
+            raise ValueError(f"{self.checks.name}: hidden cases of {name!r} are registered twice")
+
+        def register(build: Callable[[int], list[Case]]) -> Callable[[int], list[Case]]:
+            self._builders[name] = build
+            return build
+
+        return register
+
+    @property
+    def exercises(self) -> tuple[str, ...]:
+        return tuple(self._builders)
+
+    def hidden_cases(self, exercise: str, seed: int) -> list[Case]:
+        return self._builders[exercise](seed)
+
+    def cases(self, exercise: str, seed: int) -> list[Case]:
+        """Visible cases first (their feedback is what the learner already saw), then hidden ones."""
+        return self.checks.cases(exercise) + self.hidden_cases(exercise, seed)
 
 
 def hidden_case(exercise: str, title: str, calls: Sequence[Call], seed: int, *,

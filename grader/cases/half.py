@@ -21,8 +21,8 @@ import torch
 from tfcourse.checks.call import Call, TorchModule, run_call
 from tfcourse.checks.case import Case, Judge
 from tfcourse.checks.hints import Mistake
-from tfcourse.checks.nb01_attention import half_precision_errors
 from tfcourse.checks.outcome import Outcome
+from tfcourse.checks.shared import half_precision_errors
 
 from ..names import module_name
 
@@ -69,8 +69,8 @@ def half_case(notebook: str, exercise: str, title: str, call: Call, dtype: torch
     the reference run in float64 on the same values, within the tolerance of ``dtype``.
 
     An exception that a float32 constant raises on half input gets its hint
-    (:func:`tfcourse.checks.nb01_attention.half_precision_errors`); ``wrap`` adds an exercise's own
-    error hints (e.g. ``with_error_hints`` of notebook 02)."""
+    (:func:`tfcourse.checks.shared.half_precision_errors`); ``wrap`` adds an exercise's own
+    error hints (e.g. ``tfcourse.checks.shared.with_error_hints``)."""
     if dtype not in HALF_DTYPES:
         raise ValueError(f"{dtype} is not a half-precision dtype {HALF_DTYPES}")
 

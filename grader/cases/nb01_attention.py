@@ -12,14 +12,15 @@ import torch
 
 from tfcourse.checks.call import DEVICE, Call
 from tfcourse.checks.case import Case, Judge
-from tfcourse.checks.nb01_attention import EXERCISES, MISTAKES, visible_cases
+from tfcourse.checks.nb01_attention import MISTAKES, NOTEBOOK
 from tfcourse.device import make_generator
 
+from . import HiddenCases
 from .half import HALF_DTYPES, half_case
 
-__all__ = ["EXERCISES", "cases", "hidden_cases"]
+__all__ = ["HIDDEN", "cases", "hidden_cases"]
 
-NOTEBOOK = "01_attention"
+HIDDEN = HiddenCases(NOTEBOOK)
 
 
 def _hidden(exercise: str, title: str, call: Call, seed: int, *, n: int = 1, names=None,
@@ -31,6 +32,7 @@ def _hidden(exercise: str, title: str, call: Call, seed: int, *, n: int = 1, nam
                 mistakes=MISTAKES[exercise], hidden=True, part=part)
 
 
+@HIDDEN.exercise("softmax")
 def _softmax(seed: int) -> list[Case]:
     out = []
     for i, (shape, dtype, dim, scale) in enumerate([
@@ -60,11 +62,12 @@ def _softmax_more(seed: int) -> list[Case]:
         x = torch.randn(3, 4, 9, generator=make_generator(s)) * 4  # float32, then cast
         x[1, 2] = float("-inf")  # an all -inf slice
         x[2, :, :4] = float("-inf")  # masked entries
-        out.append(half_case(NOTEBOOK, "softmax", "hidden case: half precision, with -inf entries",
+        out.append(half_case(NOTEBOOK.name, "softmax", "hidden case: half precision, with -inf entries",
                              Call("softmax", (x.to(dtype),)), dtype, s, mistakes=MISTAKES["softmax"]))
     return out
 
 
+@HIDDEN.exercise("softmax_jacobian")
 def _jacobian(seed: int) -> list[Case]:
     out = []
     # n = 5 repeats the size of a visible case with other values: an answer cached by size fails
@@ -76,6 +79,7 @@ def _jacobian(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("scaled_dot_product_attention")
 def _sdpa(seed: int) -> list[Case]:
     out = []
     name = "scaled_dot_product_attention"
@@ -131,12 +135,13 @@ def _sdpa_half(seed: int) -> list[Case]:
         v = torch.randn(*batch, s_len, dv, generator=g)
         kwargs = {} if kind is None else {"mask": _sdpa_mask(kind, t, s_len, empty_row=1, lengths=[8, 3])}
         call = Call(name, tuple(x.to(dtype) for x in (q, k, v)), kwargs)
-        out.append(half_case(NOTEBOOK, name, f"hidden case: half precision, mask: {kind}", call, dtype, s,
+        out.append(half_case(NOTEBOOK.name, name, f"hidden case: half precision, mask: {kind}", call, dtype, s,
                              mistakes=MISTAKES[name], n=2, names=("out", "weights"),
                              part="masks" if kind else "core"))
     return out
 
 
+@HIDDEN.exercise("causal_mask")
 def _causal(seed: int) -> list[Case]:
     out = []
     for i, (args, kwargs) in enumerate([((7,), {}), ((3, 8), {}), ((1,), {"t_k": 9}), ((4, 4), {"device": DEVICE})]):
@@ -145,6 +150,7 @@ def _causal(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("padding_mask")
 def _padding(seed: int) -> list[Case]:
     out = []
     for i, b in enumerate([4, 1]):
@@ -156,24 +162,7 @@ def _padding(seed: int) -> list[Case]:
     return out
 
 
-_HIDDEN = {
-    "softmax": _softmax,
-    "softmax_jacobian": _jacobian,
-    "scaled_dot_product_attention": _sdpa,
-    "causal_mask": _causal,
-    "padding_mask": _padding,
-}
-
-
-def hidden_cases(exercise: str, seed: int) -> list[Case]:
-    return _HIDDEN[exercise](seed)
-
-
-def cases(exercise: str, seed: int) -> list[Case]:
-    """Visible cases first (their feedback is what the learner already saw), then hidden ones."""
-    return visible_cases(exercise) + hidden_cases(exercise, seed)
-
-
+@HIDDEN.exercise("memory_efficient_attention")
 def _memory_efficient(seed: int) -> list[Case]:
     """The optional challenge: chunk sizes that divide S, that do not, 1, and larger than S."""
     out = []
@@ -205,4 +194,4 @@ def _memory_efficient(seed: int) -> list[Case]:
     return out
 
 
-_HIDDEN["memory_efficient_attention"] = _memory_efficient
+cases, hidden_cases = HIDDEN.cases, HIDDEN.hidden_cases

@@ -19,26 +19,26 @@ import torch
 
 from tfcourse.checks.call import Call
 from tfcourse.checks.case import Case, Judge
-from tfcourse.checks.nb02_multi_head_attention import (
-    EXERCISES,
+from tfcourse.checks.nb02_multi_head_attention import MISTAKES, NOTEBOOK
+from tfcourse.checks.nb02_multi_head_attention.cases import (
     MHA_ERRORS,
-    MISTAKES,
     MODULE_DTYPE,
     from_torch_calls,
     from_torch_judge,
     mha_call,
-    packed_call,
     random_mha_state,
-    random_packed_state,
     random_torch_mha_state,
-    visible_cases,
     with_error_hints,
 )
+from tfcourse.checks.nb02_multi_head_attention.packed import packed_call, random_packed_state
 from tfcourse.device import make_generator
 
+from . import HiddenCases
 from .half import half_case
 
-__all__ = ["EXERCISES", "cases", "hidden_cases"]
+__all__ = ["HIDDEN", "cases", "hidden_cases"]
+
+HIDDEN = HiddenCases(NOTEBOOK)
 
 
 def _hidden(exercise: str, title: str, calls: list[Call], seed: int, known=None) -> Case:
@@ -52,6 +52,7 @@ def _hidden(exercise: str, title: str, calls: list[Call], seed: int, known=None)
                 hidden=True, part="cross_and_masks" if masked else "core")
 
 
+@HIDDEN.exercise("split_heads")
 def _split(seed: int) -> list[Case]:
     out = []
     shapes = [  # B, T, D, H, dtype
@@ -69,6 +70,7 @@ def _split(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("merge_heads")
 def _merge(seed: int) -> list[Case]:
     out = []
     shapes = [  # B, H, T, Dh, dtype
@@ -124,6 +126,7 @@ def _module_inputs(seed: int, config):
     return x, context, mask
 
 
+@HIDDEN.exercise("MultiHeadAttention")
 def _mha(seed: int) -> list[Case]:
     out = []
     for i, config in enumerate(_MODULE_CONFIGS):
@@ -177,6 +180,7 @@ _FROM_TORCH_CONFIGS = [
 ]
 
 
+@HIDDEN.exercise("mha_from_torch")
 def _from_torch(seed: int) -> list[Case]:
     out = []
     for i, config in enumerate(_FROM_TORCH_CONFIGS):
@@ -192,23 +196,6 @@ def _from_torch(seed: int) -> list[Case]:
     return out
 
 
-_HIDDEN = {
-    "split_heads": _split,
-    "merge_heads": _merge,
-    "MultiHeadAttention": _mha,
-    "mha_from_torch": _from_torch,
-}
-
-
-def hidden_cases(exercise: str, seed: int) -> list[Case]:
-    return _HIDDEN[exercise](seed)
-
-
-def cases(exercise: str, seed: int) -> list[Case]:
-    """Visible cases first (their feedback is what the learner already saw), then hidden ones."""
-    return visible_cases(exercise) + hidden_cases(exercise, seed)
-
-
 # Optional challenge (0 points): PackedMultiHeadAttention in both layouts, with the masks above.
 # (B, T, D, H, bias, layout, mask kind, dtype)
 _PACKED_CONFIGS = [
@@ -221,6 +208,7 @@ _PACKED_CONFIGS = [
 ]
 
 
+@HIDDEN.exercise("PackedMultiHeadAttention")
 def _packed(seed: int) -> list[Case]:
     out = []
     for i, (b, t, d, h, bias, layout, kind, dtype) in enumerate(_PACKED_CONFIGS):
@@ -239,5 +227,4 @@ def _packed(seed: int) -> list[Case]:
                              forward_args=(bad,))], seed * 1000 + 990))
     return out
 
-
-_HIDDEN["PackedMultiHeadAttention"] = _packed
+cases, hidden_cases = HIDDEN.cases, HIDDEN.hidden_cases

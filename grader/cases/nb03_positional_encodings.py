@@ -20,7 +20,7 @@ import torch
 
 from tfcourse.checks.call import Call
 from tfcourse.checks.case import Case, Judge
-from tfcourse.checks.nb03_positional_encodings import EXERCISES, MISTAKES, visible_cases
+from tfcourse.checks.nb03_positional_encodings import MISTAKES, NOTEBOOK
 from tfcourse.checks.nb03_positional_encodings.cases import (
     angle_atol,
     interleaved_oracle,
@@ -32,12 +32,12 @@ from tfcourse.checks.nb03_positional_encodings.cases import (
 )
 from tfcourse.device import make_generator
 
-from . import hidden_case
+from . import HiddenCases, hidden_case
 from .half import HALF_DTYPES, half_case
 
-__all__ = ["EXERCISES", "cases", "hidden_cases"]
+__all__ = ["HIDDEN", "cases", "hidden_cases"]
 
-NOTEBOOK = "03_positional_encodings"
+HIDDEN = HiddenCases(NOTEBOOK)
 F32, F64 = torch.float32, torch.float64
 
 
@@ -63,6 +63,7 @@ def _oracle_case(exercise: str, title: str, call: Call, seed: int, expected: lis
                 mistakes=MISTAKES[exercise], hidden=True, part=part)
 
 
+@HIDDEN.exercise("sinusoidal_position_encoding")
 def _sinusoidal(seed: int) -> list[Case]:
     name = "sinusoidal_position_encoding"
     out = []
@@ -74,6 +75,7 @@ def _sinusoidal(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("rope_cos_sin")
 def _rope_cos_sin(seed: int) -> list[Case]:
     name = "rope_cos_sin"
     names = ("cos", "sin")
@@ -95,6 +97,7 @@ def _rope_cos_sin(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("rotate_half")
 def _rotate_half(seed: int) -> list[Case]:
     name = "rotate_half"
     out = []
@@ -107,6 +110,7 @@ def _rotate_half(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("apply_rope")
 def _apply_rope(seed: int) -> list[Case]:
     name = "apply_rope"
     out = []
@@ -132,12 +136,13 @@ def _apply_rope(seed: int) -> list[Case]:
         x = torch.randn(2, 3, 6, 16, generator=g)
         positions = torch.randint(0, 300, (2, 6), generator=g)
         cos, sin = rope_tables32(positions, 16)
-        out.append(half_case(NOTEBOOK, name, "hidden case: half precision x, (B, T, Dh) float32 tables",
+        out.append(half_case(NOTEBOOK.name, name, "hidden case: half precision x, (B, T, Dh) float32 tables",
                              Call(name, (x.to(dtype), cos, sin)), dtype, s, mistakes=MISTAKES[name],
                              part="batched"))
     return out
 
 
+@HIDDEN.exercise("apply_rope_interleaved")
 def _interleaved(seed: int) -> list[Case]:
     name = "apply_rope_interleaved"
     out = []
@@ -164,11 +169,12 @@ def _interleaved(seed: int) -> list[Case]:
         g = make_generator(s)
         x = torch.randn(2, 3, 6, 16, generator=g)
         positions = torch.randint(0, 300, (2, 6), generator=g)
-        out.append(half_case(NOTEBOOK, name, "hidden case: half precision x, (B, T) positions",
+        out.append(half_case(NOTEBOOK.name, name, "hidden case: half precision x, (B, T) positions",
                              Call(name, (x.to(dtype), positions)), dtype, s, mistakes=MISTAKES[name]))
     return out
 
 
+@HIDDEN.exercise("permute_for_rotate_half")
 def _permute(seed: int) -> list[Case]:
     name = "permute_for_rotate_half"
     out = []
@@ -185,6 +191,7 @@ def _permute(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("alibi_slopes")
 def _slopes(seed: int) -> list[Case]:
     name = "alibi_slopes"
     out = [_hidden(name, f"H = {h}", [Call(name, (h,))], seed) for h in (1, 32, 64)]
@@ -193,12 +200,14 @@ def _slopes(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("alibi_bias")
 def _bias(seed: int) -> list[Case]:
     name = "alibi_bias"
     return [_hidden(name, f"H = {h}, T = {t}, S = {s}", [Call(name, (h, t) if s is None else (h, t, s))], seed)
             for h, t, s in ((12, 7, None), (20, 1, 9), (24, 5, 13), (1, 4, 4))]
 
 
+@HIDDEN.exercise("relative_position_bucket")
 def _buckets(seed: int) -> list[Case]:
     name = "relative_position_bucket"
     g = make_generator(seed * 1000 + 900)
@@ -215,6 +224,7 @@ def _buckets(seed: int) -> list[Case]:
             for rel, kwargs, part in configs]
 
 
+@HIDDEN.exercise("llama3_inv_freq")
 def _llama3(seed: int) -> list[Case]:
     name = "llama3_inv_freq"
     configs = [
@@ -226,25 +236,4 @@ def _llama3(seed: int) -> list[Case]:
     return [_hidden(name, f"Dh = {args[0]}, {kwargs or 'defaults'}", [Call(name, args, kwargs)], seed,
                     atol=0.0, rtol=2e-5) for args, kwargs in configs]
 
-
-_HIDDEN = {
-    "sinusoidal_position_encoding": _sinusoidal,
-    "rope_cos_sin": _rope_cos_sin,
-    "rotate_half": _rotate_half,
-    "apply_rope": _apply_rope,
-    "apply_rope_interleaved": _interleaved,
-    "permute_for_rotate_half": _permute,
-    "alibi_slopes": _slopes,
-    "alibi_bias": _bias,
-    "relative_position_bucket": _buckets,
-    "llama3_inv_freq": _llama3,
-}
-
-
-def hidden_cases(exercise: str, seed: int) -> list[Case]:
-    return _HIDDEN[exercise](seed)
-
-
-def cases(exercise: str, seed: int) -> list[Case]:
-    """Visible cases first (their feedback is what the learner already saw), then hidden ones."""
-    return visible_cases(exercise) + hidden_cases(exercise, seed)
+cases, hidden_cases = HIDDEN.cases, HIDDEN.hidden_cases

@@ -21,7 +21,7 @@ import torch
 
 from tfcourse.checks.call import Call, TorchModule
 from tfcourse.checks.case import Case, Judge
-from tfcourse.checks.nb04_normalisation import EXERCISES, MISTAKES, visible_cases
+from tfcourse.checks.nb04_normalisation import MISTAKES, NOTEBOOK
 from tfcourse.checks.nb04_normalisation.cases import (
     BACKWARD_NAMES,
     judge_dtype,
@@ -31,12 +31,12 @@ from tfcourse.checks.nb04_normalisation.cases import (
 )
 from tfcourse.device import make_generator
 
-from . import hidden_case
+from . import HiddenCases, hidden_case
 from .half import half_case
 
-__all__ = ["EXERCISES", "cases", "hidden_cases"]
+__all__ = ["HIDDEN", "cases", "hidden_cases"]
 
-NOTEBOOK = "04_normalisation"
+HIDDEN = HiddenCases(NOTEBOOK)
 
 
 def _randn(g: torch.Generator, *shape: int, scale: float = 1.0, shift: float = 0.0,
@@ -78,7 +78,7 @@ def _half(exercise: str, title: str, call: Call, seed: int, dtype: torch.dtype, 
         wrapped = dtype_first(judge)
         return with_load_hints(wrapped) if exercise == "RMSNorm" else wrapped
 
-    return half_case(NOTEBOOK, exercise, f"hidden case: half precision, {title}", call, dtype, seed,
+    return half_case(NOTEBOOK.name, exercise, f"hidden case: half precision, {title}", call, dtype, seed,
                      mistakes=MISTAKES[exercise], part=part, wrap=wrap)
 
 
@@ -125,6 +125,7 @@ def _norms(exercise: str, seed: int, base: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("RMSNorm")
 def _rmsnorm(seed: int) -> list[Case]:
     out = []
     configs = [  # (shape, dtype, scale, eps, load a weight)
@@ -180,6 +181,7 @@ def _residual(exercise: str, seed: int, base: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("rms_norm_backward")
 def _backward(seed: int) -> list[Case]:
     out = []
     configs = [  # (shape, dtype, scale, eps)
@@ -200,20 +202,23 @@ def _backward(seed: int) -> list[Case]:
     return out
 
 
-_HIDDEN = {
-    "layer_norm": lambda seed: _norms("layer_norm", seed, 100),
-    "rms_norm": lambda seed: _norms("rms_norm", seed, 200),
-    "RMSNorm": _rmsnorm,
-    "pre_norm_residual": lambda seed: _residual("pre_norm_residual", seed, 500),
-    "post_norm_residual": lambda seed: _residual("post_norm_residual", seed, 600),
-    "rms_norm_backward": _backward,
-}
+@HIDDEN.exercise("layer_norm")
+def _layer_norm(seed: int) -> list[Case]:
+    return _norms("layer_norm", seed, 100)
 
 
-def hidden_cases(exercise: str, seed: int) -> list[Case]:
-    return _HIDDEN[exercise](seed)
+@HIDDEN.exercise("rms_norm")
+def _rms_norm(seed: int) -> list[Case]:
+    return _norms("rms_norm", seed, 200)
 
 
-def cases(exercise: str, seed: int) -> list[Case]:
-    """Visible cases first (their feedback is what the learner already saw), then hidden ones."""
-    return visible_cases(exercise) + hidden_cases(exercise, seed)
+@HIDDEN.exercise("pre_norm_residual")
+def _pre_norm_residual(seed: int) -> list[Case]:
+    return _residual("pre_norm_residual", seed, 500)
+
+
+@HIDDEN.exercise("post_norm_residual")
+def _post_norm_residual(seed: int) -> list[Case]:
+    return _residual("post_norm_residual", seed, 600)
+
+cases, hidden_cases = HIDDEN.cases, HIDDEN.hidden_cases

@@ -25,7 +25,7 @@ import torch
 
 from tfcourse.checks.call import Call
 from tfcourse.checks.case import Case, Judge
-from tfcourse.checks.nb05_feed_forward import EXERCISES, MISTAKES, visible_cases
+from tfcourse.checks.nb05_feed_forward import MISTAKES, NOTEBOOK
 from tfcourse.checks.nb05_feed_forward.cases import (
     MARGIN,
     MOE_NAMES,
@@ -47,12 +47,12 @@ from tfcourse.checks.nb05_feed_forward.cases import (
 )
 from tfcourse.device import make_generator
 
-from . import hidden_case
+from . import HiddenCases, hidden_case
 from .half import HALF_DTYPES, half_case
 
-__all__ = ["EXERCISES", "cases", "hidden_cases"]
+__all__ = ["HIDDEN", "cases", "hidden_cases"]
 
-NOTEBOOK = "05_feed_forward"
+HIDDEN = HiddenCases(NOTEBOOK)
 F32, F64 = torch.float32, torch.float64
 
 
@@ -77,13 +77,14 @@ def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, n: int =
 
 
 def _half(exercise: str, title: str, call: Call, dtype: torch.dtype, seed: int, part: str = "core") -> Case:
-    return half_case(NOTEBOOK, exercise, f"hidden case: half precision, {title}", call, dtype, seed,
+    return half_case(NOTEBOOK.name, exercise, f"hidden case: half precision, {title}", call, dtype, seed,
                      mistakes=MISTAKES[exercise], part=part, wrap=_wrap(exercise))
 
 
 # ---------------------------------------------------------------------------------------------
 # gelu
 # ---------------------------------------------------------------------------------------------
+@HIDDEN.exercise("gelu")
 def _gelu(seed: int) -> list[Case]:
     out = []
     configs = [((5, 33), F64, 4.0), ((2, 3, 4, 16), F32, 3.0), ((200,), F64, 12.0), ((7,), F32, 1e-3)]
@@ -109,6 +110,7 @@ def _gelu(seed: int) -> list[Case]:
 # ---------------------------------------------------------------------------------------------
 # FeedForward and SwiGLU
 # ---------------------------------------------------------------------------------------------
+@HIDDEN.exercise("FeedForward")
 def _ff(seed: int) -> list[Case]:
     out = []
     configs = [((3, 7, 16), 64, F64, True), ((2, 5, 8), 24, F32, False), ((10, 12), 20, F64, False),
@@ -130,6 +132,7 @@ def _ff(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("SwiGLU")
 def _swiglu(seed: int) -> list[Case]:
     out = []
     configs = [((3, 7, 16), 48, F64), ((2, 5, 8), 24, F32), ((10, 12), 32, F64), ((2, 2, 3, 8), 16, F32)]
@@ -155,6 +158,7 @@ def _hidden_dim_case(title: str, call: Call, seed: int) -> Case:
                 mistakes=MISTAKES["swiglu_hidden_dim"], hidden=True)
 
 
+@HIDDEN.exercise("swiglu_hidden_dim")
 def _hidden_dim(seed: int) -> list[Case]:
     g = make_generator(seed * 1000 + 400)
     configs = [  # Llama 3.1 405B, Llama-3-70B, Code Llama 34B, then drawn from the seed
@@ -191,6 +195,7 @@ _MOE_CONFIGS = [  # (shape, d_ff, E, K, dtype)
 ]
 
 
+@HIDDEN.exercise("MoE")
 def _moe(seed: int) -> list[Case]:
     out = []
     for i, (shape, f, e, k, dtype) in enumerate(_MOE_CONFIGS):
@@ -242,6 +247,7 @@ def _logits(seed: int, n: int, e: int, k: int, dtype: torch.dtype, scale: float,
     raise AssertionError(f"no logits with a top-{k} margin of {MARGIN} from seed {seed}")
 
 
+@HIDDEN.exercise("load_balancing_loss")
 def _balance(seed: int) -> list[Case]:
     out = []
     configs = [(32, 8, 2, F64, 2.0), (50, 4, 1, F32, 1.0), (12, 16, 4, F64, 3.0), (40, 6, 2, F32, 0.5),
@@ -265,6 +271,7 @@ def _balance_grad(title: str, call: Call, seed: int) -> Case:
                 mistakes=MISTAKES["load_balancing_loss"], hidden=True)
 
 
+@HIDDEN.exercise("route_with_capacity")
 def _route(seed: int) -> list[Case]:
     out = []
     configs = [(16, 4, 2, 5, F64), (20, 8, 3, 4, F32), (10, 3, 1, 2, F64), (12, 6, 2, 1, F32), (7, 4, 2, 30, F64)]
@@ -279,22 +286,4 @@ def _route(seed: int) -> list[Case]:
                        [Call("route_with_capacity", (_randn(make_generator(s), 4, 3), 1, -3))], s))
     return out
 
-
-_HIDDEN = {
-    "gelu": _gelu,
-    "FeedForward": _ff,
-    "SwiGLU": _swiglu,
-    "swiglu_hidden_dim": _hidden_dim,
-    "MoE": _moe,
-    "load_balancing_loss": _balance,
-    "route_with_capacity": _route,
-}
-
-
-def hidden_cases(exercise: str, seed: int) -> list[Case]:
-    return _HIDDEN[exercise](seed)
-
-
-def cases(exercise: str, seed: int) -> list[Case]:
-    """Visible cases first (their feedback is what the learner already saw), then hidden ones."""
-    return visible_cases(exercise) + hidden_cases(exercise, seed)
+cases, hidden_cases = HIDDEN.cases, HIDDEN.hidden_cases

@@ -20,7 +20,7 @@ import torch
 
 from tfcourse.checks.call import Call, Instance, Step
 from tfcourse.checks.case import Case, Judge, fmt_dtype
-from tfcourse.checks.nb06_kv_cache import EXERCISES, MISTAKES, visible_cases
+from tfcourse.checks.nb06_kv_cache import MISTAKES, NOTEBOOK
 from tfcourse.checks.nb06_kv_cache.cases import (
     ATTN_TOL,
     INT_STEP,
@@ -37,9 +37,11 @@ from tfcourse.checks.nb06_kv_cache.cases import (
 from tfcourse.checks.nb06_kv_cache.mistakes import filtered_probs
 from tfcourse.device import make_generator
 
-from . import tensors_judge
+from . import HiddenCases, tensors_judge
 
-__all__ = ["EXERCISES", "cases", "hidden_cases"]
+__all__ = ["HIDDEN", "cases", "hidden_cases"]
+
+HIDDEN = HiddenCases(NOTEBOOK)
 
 
 def _randn(g: torch.Generator, *shape: int, scale: float = 1.0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -58,6 +60,7 @@ def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, part: st
 
 
 # ---------------------------------------------------------------------------------------------
+@HIDDEN.exercise("KVCache")
 def _kv_cache(seed: int) -> list[Case]:
     out = []
     for i in range(3):
@@ -84,6 +87,7 @@ def _kv_cache(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("CausalSelfAttention")
 def _attention(seed: int) -> list[Case]:
     out = []
     configs = [  # (B, D, H, chunks, dtype, theta); one chunk = no cache
@@ -113,6 +117,7 @@ def _attention(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("DecoderBlock")
 def _block(seed: int) -> list[Case]:
     out = []
     configs = [((7,), torch.float64, 10000.0, None), ((3, 1, 2), torch.float64, 300.0, 1e-5),
@@ -135,6 +140,7 @@ def _block(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("DecoderLM")
 def _lm(seed: int) -> list[Case]:
     out = []
     configs = [  # (vocab, D, L, H, d_ff, chunks, dtype, tied, part)
@@ -196,6 +202,7 @@ def _clear_rows(g: torch.Generator, vocab: int, count: int, thresholds: Sequence
     return torch.stack(rows)
 
 
+@HIDDEN.exercise("sample_next_token")
 def _sampling(seed: int) -> list[Case]:
     out = []
     for i, dtype in enumerate((torch.float32, torch.float64)):
@@ -225,6 +232,7 @@ def _sampling(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("generate")
 def _generate(seed: int) -> list[Case]:
     out = []
     configs = [(3, 6, 9, True), (2, 1, 7, False), (1, 8, 5, True), (2, 3, 10, False)]  # (B, T, N, use_cache)
@@ -244,6 +252,7 @@ def _generate(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("kv_cache_bytes")
 def _bytes(seed: int) -> list[Case]:
     g = make_generator(seed * 1000 + 700)
     calls = []
@@ -265,6 +274,7 @@ def _bytes(seed: int) -> list[Case]:
     return [case]
 
 
+@HIDDEN.exercise("apply_repetition_penalty")
 def _penalty(seed: int) -> list[Case]:
     out = []
     for i, (dtype, penalty) in enumerate(((torch.float64, 1.2), (torch.float32, 2.0), (torch.float64, 0.5))):
@@ -278,23 +288,4 @@ def _penalty(seed: int) -> list[Case]:
                            s))
     return out
 
-
-_HIDDEN = {
-    "KVCache": _kv_cache,
-    "CausalSelfAttention": _attention,
-    "DecoderBlock": _block,
-    "DecoderLM": _lm,
-    "sample_next_token": _sampling,
-    "generate": _generate,
-    "kv_cache_bytes": _bytes,
-    "apply_repetition_penalty": _penalty,
-}
-
-
-def hidden_cases(exercise: str, seed: int) -> list[Case]:
-    return _HIDDEN[exercise](seed)
-
-
-def cases(exercise: str, seed: int) -> list[Case]:
-    """Visible cases first (their feedback is what the learner already saw), then hidden ones."""
-    return visible_cases(exercise) + hidden_cases(exercise, seed)
+cases, hidden_cases = HIDDEN.cases, HIDDEN.hidden_cases

@@ -18,7 +18,7 @@ import torch
 
 from tfcourse.checks.call import Call, Instance, Step
 from tfcourse.checks.case import Case, fmt_dtype
-from tfcourse.checks.nb07_gqa_mla import EXERCISES, MISTAKES, visible_cases
+from tfcourse.checks.nb07_gqa_mla import MISTAKES, NOTEBOOK
 from tfcourse.checks.nb07_gqa_mla.cases import (
     ATTN_TOL,
     INT_STEP,
@@ -31,12 +31,12 @@ from tfcourse.checks.nb07_gqa_mla.cases import (
 )
 from tfcourse.device import make_generator
 
-from . import tensors_judge
+from . import HiddenCases, tensors_judge
 from .half import HALF_DTYPES, half_case
 
-__all__ = ["EXERCISES", "cases", "hidden_cases"]
+__all__ = ["HIDDEN", "cases", "hidden_cases"]
 
-NOTEBOOK = "07_gqa_mla"
+HIDDEN = HiddenCases(NOTEBOOK)
 
 
 def _randn(g: torch.Generator, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -55,6 +55,7 @@ def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, part: st
 
 
 # ---------------------------------------------------------------------------------------------
+@HIDDEN.exercise("repeat_kv")
 def _repeat_kv(seed: int) -> list[Case]:
     out = []
     for i, dtype in enumerate((torch.float64, torch.float32, torch.float64)):
@@ -68,11 +69,12 @@ def _repeat_kv(seed: int) -> list[Case]:
         s = seed * 1000 + 150 + i
         g = make_generator(s)
         x = _randn(g, 2, 3, 5, 8, dtype=torch.float32).to(dtype)
-        out.append(half_case(NOTEBOOK, "repeat_kv", "half precision, (B, G, S, Dh) = (2, 3, 5, 8), n_rep = 2",
+        out.append(half_case(NOTEBOOK.name, "repeat_kv", "half precision, (B, G, S, Dh) = (2, 3, 5, 8), n_rep = 2",
                              Call("repeat_kv", (x, 2)), dtype, s, mistakes=MISTAKES["repeat_kv"]))
     return out
 
 
+@HIDDEN.exercise("GroupedQueryAttention")
 def _gqa(seed: int) -> list[Case]:
     out = []
     configs = [  # (B, D, H, G, head_dim, chunks, dtype, theta)
@@ -101,6 +103,7 @@ def _gqa(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("LatentCache")
 def _latent_cache(seed: int) -> list[Case]:
     out = []
     for i, dtype in enumerate((torch.float64, torch.float32)):
@@ -126,6 +129,7 @@ def _latent_cache(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("MultiHeadLatentAttention")
 def _mla(seed: int) -> list[Case]:
     out = []
     configs = [  # (B, D, H, Dc, dn, dr, dv, dq, chunks, dtype, absorb, part)
@@ -159,6 +163,7 @@ def _mla(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("attention_cache_bytes_per_token")
 def _bytes(seed: int) -> list[Case]:
     g = make_generator(seed * 1000 + 500)
     calls = []
@@ -178,6 +183,7 @@ def _bytes(seed: int) -> list[Case]:
                     "'MHA' (unknown: ValueError)", calls, seed * 1000 + 500)]
 
 
+@HIDDEN.exercise("mha_to_gqa")
 def _mha_to_gqa(seed: int) -> list[Case]:
     s = seed * 1000 + 600
     g = make_generator(s)
@@ -192,21 +198,4 @@ def _mha_to_gqa(seed: int) -> list[Case]:
     return [_hidden("mha_to_gqa", f"H = {h} -> G = {kv}, (B, T, D) = ({b}, {t}, {d}): the new module's output, its "
                     "num_kv_heads, the input's output", [call], s, dtype=torch.float64)]
 
-
-_HIDDEN = {
-    "repeat_kv": _repeat_kv,
-    "GroupedQueryAttention": _gqa,
-    "LatentCache": _latent_cache,
-    "MultiHeadLatentAttention": _mla,
-    "attention_cache_bytes_per_token": _bytes,
-    "mha_to_gqa": _mha_to_gqa,
-}
-
-
-def hidden_cases(exercise: str, seed: int) -> list[Case]:
-    return _HIDDEN[exercise](seed)
-
-
-def cases(exercise: str, seed: int) -> list[Case]:
-    """Visible cases first (their feedback is what the learner already saw), then hidden ones."""
-    return visible_cases(exercise) + hidden_cases(exercise, seed)
+cases, hidden_cases = HIDDEN.cases, HIDDEN.hidden_cases

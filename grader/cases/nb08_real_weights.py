@@ -25,7 +25,7 @@ import torch
 
 from tfcourse.checks.call import Call, Instance, Step
 from tfcourse.checks.case import Case, Judge, fmt_dtype
-from tfcourse.checks.nb08_real_weights import EXERCISES, MISTAKES, probes, visible_cases
+from tfcourse.checks.nb08_real_weights import MISTAKES, NOTEBOOK, probes
 from tfcourse.checks.nb08_real_weights.cases import (
     PROBES,
     step_tensors,
@@ -33,11 +33,11 @@ from tfcourse.checks.nb08_real_weights.cases import (
 )
 from tfcourse.device import make_generator
 
-from . import tensors_judge
+from . import HiddenCases, tensors_judge
 
-__all__ = ["EXERCISES", "cases", "hidden_cases"]
+__all__ = ["HIDDEN", "cases", "hidden_cases"]
 
-NOTEBOOK = "08_real_weights"
+HIDDEN = HiddenCases(NOTEBOOK)
 # "Weights ship inside a wheel." / "Mean pooling" in MiniLM's tokenizer, padded
 MINILM_HIDDEN_BATCH = (torch.tensor([[101, 15871, 2911, 2503, 1037, 5217, 1012, 102],
                                      [101, 2812, 4770, 2075, 102, 0, 0, 0]]),
@@ -63,6 +63,7 @@ def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, part: st
                 mistakes=MISTAKES[exercise], hidden=True, part=part)
 
 
+@HIDDEN.exercise("load_decoder_weights")
 def _decoder(seed: int) -> list[Case]:
     out = []
     for i, config in enumerate(("tied", "untied")):
@@ -89,6 +90,7 @@ def _decoder(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("load_encoder_weights")
 def _encoder(seed: int) -> list[Case]:
     out = []
     for i, (config, prefix) in enumerate((("small", "bert."), ("square", ""))):
@@ -148,6 +150,7 @@ def _minilm_case(seed: int) -> Case:
                 "reference", [call], judge, seed=seed, hidden=True, part="real")
 
 
+@HIDDEN.exercise("mean_pool")
 def _mean_pool(seed: int) -> list[Case]:
     out = []
     for i, (dtype, mask_dtype) in enumerate(((torch.float64, torch.bool), (torch.float32, torch.float32),
@@ -163,6 +166,7 @@ def _mean_pool(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("first_divergent_layer")
 def _divergence(seed: int) -> list[Case]:
     out = []
     s = seed * 1000 + 400
@@ -187,6 +191,7 @@ def _divergence(seed: int) -> list[Case]:
     return out
 
 
+@HIDDEN.exercise("attention_rollout")
 def _rollout(seed: int) -> list[Case]:
     out = []
     for i, dtype in enumerate((torch.float64, torch.float32)):
@@ -199,20 +204,4 @@ def _rollout(seed: int) -> list[Case]:
                            [Call("attention_rollout", (atts,))], s))
     return out
 
-
-_HIDDEN = {
-    "load_decoder_weights": _decoder,
-    "load_encoder_weights": _encoder,
-    "mean_pool": _mean_pool,
-    "first_divergent_layer": _divergence,
-    "attention_rollout": _rollout,
-}
-
-
-def hidden_cases(exercise: str, seed: int) -> list[Case]:
-    return _HIDDEN[exercise](seed)
-
-
-def cases(exercise: str, seed: int) -> list[Case]:
-    """Visible cases first (their feedback is what the learner already saw), then hidden ones."""
-    return visible_cases(exercise) + hidden_cases(exercise, seed)
+cases, hidden_cases = HIDDEN.cases, HIDDEN.hidden_cases

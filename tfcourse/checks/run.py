@@ -11,16 +11,18 @@ import functools
 import importlib
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..notebook import bound_names, demo_names, normalise_source
 from .call import globals_of, run_call
 from .case import Case, CheckFailed, judge_case
 from .outcome import Outcome
 
-__all__ = ["NotebookChecks", "demo_dependencies", "failing_dependencies", "not_attempted",
+if TYPE_CHECKING:
+    from .protocol import NotebookChecks
+
+__all__ = ["demo_dependencies", "failing_dependencies", "not_attempted",
            "reference_dependencies", "run_checks", "with_stand_ins"]
 
 
@@ -41,24 +43,6 @@ def _not_attempted_message(exercise: str, outcomes: list[Outcome], names: set[st
                 "NotImplementedError: implement that one first")
     return (f"✗ {exercise}: not attempted yet — replace `raise NotImplementedError()` with your code, "
             "then run this cell again")
-
-
-@dataclass(frozen=True)
-class NotebookChecks:
-    """What a notebook's checks need to know of the notebook as a whole.
-
-    exercises: its exercise names. cases: ``cases(exercise)`` gives an exercise's visible cases.
-    reference: the module holding the course's solutions (``tfcourse.reference.nbNN_topic``);
-    its objects stand in for another exercise that fails its own checks (one bug costs once).
-    """
-
-    exercises: tuple[str, ...]
-    cases: Callable[[str], list[Case]]
-    reference: str
-    released: str = ""  # the learner notebook's file name in notebooks/, e.g. "01_attention.ipynb"
-    # which graded exercises call which others (the course's call graph, stated in the task
-    # cells): only these callees ever stand in, and never for an optional challenge
-    calls: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _released_notebook(name: str) -> Any:

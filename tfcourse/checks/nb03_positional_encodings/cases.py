@@ -20,26 +20,16 @@ import torch
 from ...device import make_generator
 from ..call import Call
 from ..case import Case, Judge
-from ..nb02_multi_head_attention import with_error_hints
+from ..protocol import NotebookChecks
+from ..shared import with_error_hints
 from .mistakes import HINT_HEAD_AXIS, MISTAKES
 
-__all__ = [
-    "EXERCISES",
-    "angle_atol",
-    "bucket_oracle",
-    "interleaved_oracle",
-    "llama3_oracle",
-    "press_slopes",
-    "rope_oracle",
-    "rope_tables64",
-    "rotation_atol",
-    "sinusoid64",
-    "visible_cases",
-]
+__all__ = ["NOTEBOOK", "angle_atol", "bucket_oracle", "interleaved_oracle", "llama3_oracle", "press_slopes", "rope_oracle", "rope_tables64", "rotation_atol", "sinusoid64"]
 
-EXERCISES = ("sinusoidal_position_encoding", "rope_cos_sin", "rotate_half", "apply_rope", "apply_rope_interleaved",
-             "permute_for_rotate_half", "alibi_slopes", "alibi_bias", "relative_position_bucket",
-             "llama3_inv_freq")
+# Another exercise an answer calls and that fails its own check is replaced by the course's
+# version while the answer is checked: one bug costs points once (the grader does the same).
+NOTEBOOK = NotebookChecks("03_positional_encodings", calls={"apply_rope": ("rotate_half",), "alibi_bias": ("alibi_slopes",)})
+
 
 F64 = torch.float64
 F32 = torch.float32
@@ -241,7 +231,10 @@ def _x(seed: int, *shape: int, dtype: torch.dtype = F64) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 # 1. sinusoidal_position_encoding
 # ---------------------------------------------------------------------------------------------
+@NOTEBOOK.exercise("sinusoidal_position_encoding")
 def _sinusoidal_cases() -> list[Case]:
+    """Check ``sinusoidal_position_encoding(num_positions, d_model, base=10000.0)`` against the float64
+    formula (interleaved sin/cos), with the base as a parameter and ValueError for odd d_model."""
     name = "sinusoidal_position_encoding"
     cases = []
 
@@ -270,7 +263,10 @@ def _sinusoidal_cases() -> list[Case]:
 # ---------------------------------------------------------------------------------------------
 # 2. rope_cos_sin
 # ---------------------------------------------------------------------------------------------
+@NOTEBOOK.exercise("rope_cos_sin")
 def _rope_cos_sin_cases() -> list[Case]:
+    """Check ``rope_cos_sin(positions, head_dim, base=10000.0)``: rotate-half tables for (T,) and
+    (B, T) positions, float32, ValueError for odd head_dim."""
     name = "rope_cos_sin"
     names = ("cos", "sin")
     cases = []
@@ -314,7 +310,9 @@ def _times_i(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((z.real, z.imag), dim=-1)
 
 
+@NOTEBOOK.exercise("rotate_half")
 def _rotate_half_cases() -> list[Case]:
+    """Check ``rotate_half(x)`` = cat(−x2, x1) on the last axis, exactly."""
     name = "rotate_half"
     cases = []
     for seed, shape, dtype, what in ((311, (2, 3, 4, 8), F64, "x (B, H, T, Dh) = (2, 3, 4, 8) float64"),
@@ -333,7 +331,10 @@ def _rotate_half_cases() -> list[Case]:
 # ---------------------------------------------------------------------------------------------
 # 4. apply_rope
 # ---------------------------------------------------------------------------------------------
+@NOTEBOOK.exercise("apply_rope", parts=("core", "batched"))
 def _apply_rope_cases() -> list[Case]:
+    """Check ``apply_rope(x, cos, sin)``: part "core" ((T, Dh) tables, norms preserved, scores depend on
+    m − n only) or "batched" ((B, T, Dh) tables); None checks both."""
     name = "apply_rope"
     cases = []
 
@@ -407,7 +408,10 @@ def _relative_case(name: str, seed: int, make: Callable[[torch.Tensor, torch.Ten
 # ---------------------------------------------------------------------------------------------
 # 5. apply_rope_interleaved
 # ---------------------------------------------------------------------------------------------
+@NOTEBOOK.exercise("apply_rope_interleaved")
 def _interleaved_cases() -> list[Case]:
+    """Check ``apply_rope_interleaved(x, positions, base=10000.0)``: pairs (2i, 2i+1), (T,) and (B, T)
+    positions, norms preserved, scores depend on m − n only."""
     name = "apply_rope_interleaved"
     cases = []
 
@@ -478,7 +482,10 @@ def _permutation_rows(rows: int, num_heads: int) -> list[int]:
     return order
 
 
+@NOTEBOOK.exercise("permute_for_rotate_half")
 def _permute_cases() -> list[Case]:
+    """Check ``permute_for_rotate_half(weight, num_heads)`` by the q·k scores it must keep, its rows, and
+    its ValueErrors."""
     name = "permute_for_rotate_half"
     cases = []
     heads, dh, d = 3, 8, 24
@@ -522,7 +529,10 @@ def _permute_cases() -> list[Case]:
 # ---------------------------------------------------------------------------------------------
 # 7. alibi_slopes
 # ---------------------------------------------------------------------------------------------
+@NOTEBOOK.exercise("alibi_slopes", parts=("core", "other_head_counts"))
 def _slopes_cases() -> list[Case]:
+    """Check ``alibi_slopes(num_heads)`` against Press et al.'s code: part "core" (powers of two) or
+    "other_head_counts" (6, 12, 20 heads, and ValueError for 0); None checks both."""
     name = "alibi_slopes"
 
     def slopes(counts: Sequence[int]):
@@ -550,7 +560,9 @@ def _slopes_cases() -> list[Case]:
 # ---------------------------------------------------------------------------------------------
 # 8. alibi_bias
 # ---------------------------------------------------------------------------------------------
+@NOTEBOOK.exercise("alibi_bias")
 def _bias_cases() -> list[Case]:
+    """Check ``alibi_bias(num_heads, t_q, t_k=None)`` = −slope·(q_pos − k_pos), bottom-right positions."""
     name = "alibi_bias"
     cases = []
     for h, t_q, t_k, what in ((4, 5, None, "H = 4, T = S = 5"),
@@ -614,7 +626,11 @@ def _bucket_properties(j: Judge) -> None:
                   f"shares the last bucket {offset + 15}; got {sorted(set(far.tolist()))[:6]}")
 
 
+@NOTEBOOK.exercise("relative_position_bucket", parts=("core", "unidirectional"))
 def _bucket_cases() -> list[Case]:
+    """Check ``relative_position_bucket(relative_position, bidirectional=True, num_buckets=32,
+    max_distance=128)`` against T5's buckets and their properties: part "core" (bidirectional) or
+    "unidirectional"; None checks both."""
     name = "relative_position_bucket"
     wide = torch.arange(-200, 201)
     grid = torch.arange(9)[None, :] - torch.arange(6)[:, None] * 7  # key − query, (6, 9)
@@ -641,7 +657,9 @@ def _bucket_cases() -> list[Case]:
 # ---------------------------------------------------------------------------------------------
 # 10. llama3_inv_freq (optional challenge)
 # ---------------------------------------------------------------------------------------------
+@NOTEBOOK.exercise("llama3_inv_freq")
 def _llama3_cases() -> list[Case]:
+    """Check ``llama3_inv_freq(head_dim, ...)`` (optional challenge) against Meta's apply_scaling."""
     name = "llama3_inv_freq"
     cases = []
     for args, kwargs, what in (((128,), {}, "Dh = 128, Llama 3.1's defaults"),
@@ -657,22 +675,3 @@ def _llama3_cases() -> list[Case]:
     return cases
 
 
-_BUILDERS: dict[str, Callable[[], list[Case]]] = {
-    "sinusoidal_position_encoding": _sinusoidal_cases,
-    "rope_cos_sin": _rope_cos_sin_cases,
-    "rotate_half": _rotate_half_cases,
-    "apply_rope": _apply_rope_cases,
-    "apply_rope_interleaved": _interleaved_cases,
-    "permute_for_rotate_half": _permute_cases,
-    "alibi_slopes": _slopes_cases,
-    "alibi_bias": _bias_cases,
-    "relative_position_bucket": _bucket_cases,
-    "llama3_inv_freq": _llama3_cases,
-}
-
-
-def visible_cases(exercise: str) -> list[Case]:
-    """The cases a learner runs under exercise ``exercise`` (the grader runs them too)."""
-    if exercise not in _BUILDERS:
-        raise KeyError(f"notebook 03 has no exercise {exercise!r}; exercises: {', '.join(EXERCISES)}")
-    return _BUILDERS[exercise]()

@@ -25,14 +25,16 @@ from ...device import make_generator
 from ..call import Call, TorchModule
 from ..case import Case, Judge, fmt_dtype
 from ..evidence import grad_output_for
+from ..protocol import NotebookChecks
 from ..tolerance import tolerance
 from .mistakes import HINTS, MISTAKES
 
-__all__ = ["EXERCISES", "LOAD_HINTS", "RMS_FLOAT64_TOL", "judge_dtype", "norm_tolerance", "visible_cases",
-           "with_load_hints"]
+__all__ = ["LOAD_HINTS", "NOTEBOOK", "RMS_FLOAT64_TOL", "judge_dtype", "norm_tolerance", "with_load_hints"]
 
-EXERCISES = ("layer_norm", "rms_norm", "RMSNorm", "pre_norm_residual", "post_norm_residual",
-             "rms_norm_backward")
+# Another exercise an answer calls and that fails its own check is replaced by the course's
+# version while the answer is checked: one bug costs points once (the grader does the same).
+NOTEBOOK = NotebookChecks("04_normalisation", calls={"RMSNorm": ("rms_norm",)})
+
 
 HALF = (torch.float16, torch.bfloat16)
 RMS_FLOAT64_TOL = (1e-6, 1e-5)
@@ -188,7 +190,12 @@ def _token_case(exercise: str, seed: int, dtype: torch.dtype) -> Case:
                  judge, seed=seed)
 
 
+@NOTEBOOK.exercise("layer_norm", parts=("core", "half"))
 def _layer_norm_cases() -> list[Case]:
+    """Check ``layer_norm(x, weight, bias, eps=1e-5)`` against F.layer_norm and properties.
+
+    part: "core" (float32/float64, tiny inputs, eps) or "half" (float16/bfloat16), the two test
+    cells that score it; None checks both."""
     ex = "layer_norm"
     dt = torch.float64
     w, b = _weights(1002, 16, dt)
@@ -218,7 +225,11 @@ def _layer_norm_cases() -> list[Case]:
     return cases
 
 
+@NOTEBOOK.exercise("rms_norm", parts=("core", "half"))
 def _rms_norm_cases() -> list[Case]:
+    """Check ``rms_norm(x, weight, eps=1e-6)`` against F.rms_norm and properties.
+
+    part: "core" or "half" (float16/bfloat16), the two test cells that score it; None checks both."""
     ex = "rms_norm"
     dt = torch.float64
     cases = [
@@ -306,7 +317,9 @@ def _rmsnorm_gradient_case() -> Case:
                  [call], judge, seed=3041)
 
 
+@NOTEBOOK.exercise("RMSNorm")
 def _rmsnorm_cases() -> list[Case]:
+    """Check the ``RMSNorm(dim, eps=1e-6)`` module against torch.nn.RMSNorm holding the same weight."""
     dt = torch.float64
     return [
         _rmsnorm_case("a fresh RMSNorm(16) (float32): weight starts at ones, so it matches torch.nn.RMSNorm(16)",
@@ -371,6 +384,18 @@ def _residual_cases(exercise: str, base: int) -> list[Case]:
     return cases
 
 
+@NOTEBOOK.exercise("pre_norm_residual")
+def _pre_norm_residual_cases() -> list[Case]:
+    """Check ``pre_norm_residual(x, sublayer, norm)`` = x + sublayer(norm(x))."""
+    return _residual_cases("pre_norm_residual", 5000)
+
+
+@NOTEBOOK.exercise("post_norm_residual")
+def _post_norm_residual_cases() -> list[Case]:
+    """Check ``post_norm_residual(x, sublayer, norm)`` = norm(x + sublayer(x))."""
+    return _residual_cases("post_norm_residual", 6000)
+
+
 # ---------------------------------------------------------------------------------------------
 # rms_norm_backward (optional challenge): torch.autograd through F.rms_norm
 # ---------------------------------------------------------------------------------------------
@@ -387,7 +412,10 @@ def autograd_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Ten
 BACKWARD_NAMES = ("grad_x", "grad_weight")
 
 
+@NOTEBOOK.exercise("rms_norm_backward")
 def _backward_cases() -> list[Case]:
+    """Check ``rms_norm_backward(grad_out, x, weight, eps=1e-6)`` (optional, 0 points) against
+    torch.autograd."""
     ex = "rms_norm_backward"
     configs = [  # (title, shape, dtype, eps, scale)
         ("(B, T, D) = (2, 4, 8), float64", (2, 4, 8), torch.float64, None, 2.0),
@@ -415,18 +443,3 @@ def _backward_cases() -> list[Case]:
     return cases
 
 
-_BUILDERS = {
-    "layer_norm": _layer_norm_cases,
-    "rms_norm": _rms_norm_cases,
-    "RMSNorm": _rmsnorm_cases,
-    "pre_norm_residual": lambda: _residual_cases("pre_norm_residual", 5000),
-    "post_norm_residual": lambda: _residual_cases("post_norm_residual", 6000),
-    "rms_norm_backward": _backward_cases,
-}
-
-
-def visible_cases(exercise: str) -> list[Case]:
-    """The cases a learner runs under exercise ``exercise`` (the grader runs them too)."""
-    if exercise not in _BUILDERS:
-        raise KeyError(f"notebook 04 has no exercise {exercise!r}; exercises: {', '.join(EXERCISES)}")
-    return _BUILDERS[exercise]()

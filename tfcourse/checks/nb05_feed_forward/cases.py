@@ -29,16 +29,15 @@ from ..call import INT_STEP, Call, Step
 from ..case import Case, Judge, fmt_dtype, not_a_python_int
 from ..evidence import grad_output_for
 from ..outcome import NO_GRADIENT
+from ..protocol import NotebookChecks
 from .mistakes import HINTS, MISTAKES
 
-__all__ = ["EXERCISES", "GRAD_TOL", "LOAD_HINTS", "MARGIN", "MOE_GRAD_NAMES", "MOE_NAMES", "ROUTE_NAMES",
-           "ROUTER_FLOAT64_TOL", "balance_grad_call", "balance_oracle", "circulant_logits", "error_hint", "ffn_state",
-           "judge_balance_gradient", "judge_moe_gradient", "moe_grad_call", "swiglu_state",
-           "check_margin", "hidden_dim_call", "judge_hidden_dim", "judge_rows", "moe_call", "moe_inputs",
-           "moe_oracle", "router_tolerance", "visible_cases", "with_load_hints"]
+__all__ = ["GRAD_TOL", "LOAD_HINTS", "MARGIN", "MOE_GRAD_NAMES", "MOE_NAMES", "NOTEBOOK", "ROUTER_FLOAT64_TOL", "ROUTE_NAMES", "balance_grad_call", "balance_oracle", "check_margin", "circulant_logits", "error_hint", "ffn_state", "hidden_dim_call", "judge_balance_gradient", "judge_hidden_dim", "judge_moe_gradient", "judge_rows", "moe_call", "moe_grad_call", "moe_inputs", "moe_oracle", "router_tolerance", "swiglu_state", "with_load_hints"]
 
-EXERCISES = ("gelu", "FeedForward", "SwiGLU", "swiglu_hidden_dim", "MoE", "load_balancing_loss",
-             "route_with_capacity")
+# Another exercise an answer calls and that fails its own check is replaced by the course's
+# version while the answer is checked: one bug costs points once (the grader does the same).
+NOTEBOOK = NotebookChecks("05_feed_forward", calls={"FeedForward": ("gelu",), "MoE": ("SwiGLU",)})
+
 
 F64, F32 = torch.float64, torch.float32
 HALF = (torch.float16, torch.bfloat16)
@@ -208,7 +207,13 @@ def _gelu_case(title: str, x: torch.Tensor, approximate: str | None, seed: int |
     return _case("gelu", title, [Call("gelu", (x,), kwargs)], judge, seed=seed, part=part)
 
 
+@NOTEBOOK.exercise("gelu", parts=("core", "tanh"))
 def _gelu_cases() -> list[Case]:
+    """Check ``gelu(x, approximate="none")`` against F.gelu.
+
+    part: "core" (the exact form, float32/float64) or "tanh" (the tanh form, float16/bfloat16 for
+    both forms, and the ValueError for another `approximate`), the two test cells that score it;
+    None checks both."""
     x = gelu_inputs()
     cases = [
         _gelu_case("exact form (default approximate), float64, x from -8 to 8 and tiny values: matches F.gelu",
@@ -294,7 +299,10 @@ def _module_case(exercise: str, title: str, args: tuple, kwargs: dict, state: di
     return _case(exercise, title, [call], judge, seed=seed)
 
 
+@NOTEBOOK.exercise("FeedForward")
 def _ff_cases() -> list[Case]:
+    """Check ``FeedForward(d_model, d_ff, bias=True)`` = down_proj(gelu(up_proj(x))), weights loaded
+    by name (up_proj, down_proj), with and without bias."""
     name = "down_proj(F.gelu(up_proj(x)))"
     return [
         _module_case("FeedForward", f"FeedForward(8, 32), weights loaded by name, x (2, 5, 8) float64: equals {name}",
@@ -308,7 +316,10 @@ def _ff_cases() -> list[Case]:
     ]
 
 
+@NOTEBOOK.exercise("SwiGLU")
 def _swiglu_cases() -> list[Case]:
+    """Check ``SwiGLU(d_model, d_ff)`` = down_proj(silu(gate_proj(x)) * up_proj(x)), weights loaded
+    by name, no biases."""
     name = "down_proj(F.silu(gate_proj(x)) * up_proj(x))"
     return [
         _module_case("SwiGLU", f"SwiGLU(8, 24), weights loaded by name, x (2, 5, 8) float64: equals {name}",
@@ -350,7 +361,10 @@ def judge_hidden_dim(j: Judge, want: int | None = None, expected_call: int | Non
     j.require(got == want, f"returned {got}; expected {want}")
 
 
+@NOTEBOOK.exercise("swiglu_hidden_dim")
 def _hidden_dim_cases() -> list[Case]:
+    """Check ``swiglu_hidden_dim(d_model, multiple_of=256, ffn_dim_multiplier=None)`` against
+    Llama's published widths (a Python int), and its ValueErrors."""
     configs = [  # (title, args, kwargs, expected)
         ("Llama-2-7B: swiglu_hidden_dim(4096) is 11008", (4096,), {}, 11008),
         ("Llama-3-8B: swiglu_hidden_dim(4096, multiple_of=1024, ffn_dim_multiplier=1.3) is 14336", (4096,),
@@ -528,7 +542,13 @@ def _moe_sparse_case(title: str, seed: int, shape: tuple[int, ...], d_ff: int, n
                  part="sparse")
 
 
+@NOTEBOOK.exercise("MoE", parts=("core", "sparse"))
 def _moe_cases() -> list[Case]:
+    """Check ``MoE(d_model, d_ff, num_experts, top_k)``: (y, router_logits (N, E)) against a dense
+    weighted sum of the experts.
+
+    part: "core" (values, router logits, ValueError, attributes) or "sparse" (each expert's
+    forward receives only the tokens routed to it), the two test cells; None checks both."""
     cases = [
         _moe_value_case("MoE(8, 16, num_experts=4, top_k=2), x (2, 5, 8) float64: y equals the dense weighted sum "
                         "of the top-2 experts, router_logits = gate(x) (N, E)", 5301, (2, 5, 8), 16, 4, 2, F64),
@@ -642,7 +662,9 @@ def _balance_case(title: str, logits: torch.Tensor, top_k: int, seed: int | None
     return _case("load_balancing_loss", title, [Call("load_balancing_loss", (logits, top_k))], judge, seed=seed)
 
 
+@NOTEBOOK.exercise("load_balancing_loss")
 def _balance_cases() -> list[Case]:
+    """Check ``load_balancing_loss(router_logits, top_k)`` = E·Σ f·P: 1.0 for balanced routing."""
     balanced = circulant_logits([2.0, 1.0, 0.0, -1.5])
     collapsed = torch.tensor([[5.0, 0.0, -1.0, -2.0]] * 6, dtype=F64) + 0.1 * _x(5411, 6, 4)
     p0 = float(torch.softmax(collapsed, -1)[:, 0].mean())
@@ -701,7 +723,10 @@ def _route_case(title: str, logits: torch.Tensor, top_k: int, capacity: int, see
                  seed=seed)
 
 
+@NOTEBOOK.exercise("route_with_capacity")
 def _route_cases() -> list[Case]:
+    """Check ``route_with_capacity(router_logits, top_k, capacity)`` (optional, 0 points) against a
+    loop over the queue: slot 0 of every token first, each expert keeps the first `capacity`."""
     hand = torch.tensor([[2.0, 0.5, 0.0], [2.0, 0.0, 0.5], [0.5, 2.0, 0.0], [2.0, 0.3, 0.0], [0.0, 0.4, 2.0],
                          [2.0, 0.0, 0.6]], dtype=F64)
     s1, l1 = _random_logits(5501, 8, 4, 2, F64, every=True)
@@ -724,19 +749,3 @@ def _route_cases() -> list[Case]:
     return cases
 
 
-_BUILDERS = {
-    "gelu": _gelu_cases,
-    "FeedForward": _ff_cases,
-    "SwiGLU": _swiglu_cases,
-    "swiglu_hidden_dim": _hidden_dim_cases,
-    "MoE": _moe_cases,
-    "load_balancing_loss": _balance_cases,
-    "route_with_capacity": _route_cases,
-}
-
-
-def visible_cases(exercise: str) -> list[Case]:
-    """The cases a learner runs under exercise ``exercise`` (the grader runs them too)."""
-    if exercise not in _BUILDERS:
-        raise KeyError(f"notebook 05 has no exercise {exercise!r}; exercises: {', '.join(EXERCISES)}")
-    return _BUILDERS[exercise]()

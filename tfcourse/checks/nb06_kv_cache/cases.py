@@ -28,14 +28,18 @@ import torch.nn.functional as F
 from ...device import make_generator
 from ..call import DEVICE, INT_STEP, Call, Instance, Step
 from ..case import Case, Judge, fmt_dtype, not_a_python_int
+from ..protocol import NotebookChecks
 from .mistakes import HINTS, MISTAKES, SAMPLING, filtered_probs
 
-__all__ = ["ATTN_TOL", "EXERCISES", "GENERATOR", "N_DRAWS", "PROBE", "attention_oracle", "attention_state",
-           "block_oracle", "block_state", "chunked_steps", "error_hints", "judge_chunks", "lm_oracle", "lm_state",
-           "probe", "record_case", "sampling_case", "step_tensors", "visible_cases"]
+__all__ = ["ATTN_TOL", "GENERATOR", "NOTEBOOK", "N_DRAWS", "PROBE", "attention_oracle", "attention_state", "block_oracle", "block_state", "chunked_steps", "error_hints", "judge_chunks", "lm_oracle", "lm_state", "probe", "record_case", "sampling_case", "step_tensors"]
 
-EXERCISES = ("KVCache", "CausalSelfAttention", "DecoderBlock", "DecoderLM", "sample_next_token", "generate",
-             "kv_cache_bytes", "apply_repetition_penalty")
+# Another exercise an answer calls and that fails its own check is replaced by the course's
+# version while the answer is checked: one bug costs points once (the grader does the same).
+NOTEBOOK = NotebookChecks("06_kv_cache", calls={"CausalSelfAttention": ("KVCache",),
+           "DecoderBlock": ("CausalSelfAttention", "KVCache"),
+           "DecoderLM": ("DecoderBlock", "CausalSelfAttention", "KVCache"),
+           "generate": ("KVCache", "sample_next_token")})
+
 
 PROBE = "tfcourse.checks.nb06_kv_cache.probes:ProbeLM"
 GENERATOR = "tfcourse.checks.nb06_kv_cache.probes:seeded_generator"
@@ -159,7 +163,10 @@ def _kv_errors(seed: int) -> Case:
                  "dtype differ from the cache", calls, judge, seed=seed)
 
 
+@NOTEBOOK.exercise("KVCache")
 def _kv_cache_cases() -> list[Case]:
+    """Check ``KVCache()``: k/v None when empty, ``update(k, v)`` appends on the sequence axis and
+    returns the whole cache, ``seq_len`` counts positions, ValueError for chunks that do not fit."""
     return [
         _kv_case("an empty cache, then chunks of 5, 1 and 2 positions (B, G, Dh) = (2, 3, 4), float64: "
                  "update returns the whole cache, seq_len counts positions", 6001, torch.float64, 2, 3, 4, (5, 1, 2)),
@@ -342,7 +349,12 @@ def _attn_errors() -> Case:
                  [Call("CausalSelfAttention", (10, 4))], judge)
 
 
+@NOTEBOOK.exercise("CausalSelfAttention", parts=("core", "cache"))
 def _attention_cases() -> list[Case]:
+    """Check ``CausalSelfAttention(d_model, num_heads, rope_theta=10000.0)``.
+
+    part: "core" (no cache: SDPA with RoPE and a causal mask, float64/float32) or "cache" (prefill,
+    one-token steps and chunks == the no-cache rows; cache.k holds the rotated keys); None: both."""
     f64, f32 = torch.float64, torch.float32
     return [
         _attn_full_case("no cache, (B, T, D) = (2, 7, 16), H = 4, float64: matches SDPA with RoPE at positions "
@@ -384,7 +396,10 @@ def _block_case(title: str, seed: int, b: int, d: int, h: int, d_ff: int, dtype:
     return _case("DecoderBlock", title, [call], error_hints(judge), seed=seed)
 
 
+@NOTEBOOK.exercise("DecoderBlock")
 def _block_cases() -> list[Case]:
+    """Check ``DecoderBlock(d_model, num_heads, d_ff, rope_theta=10000.0, eps=1e-6)``, with and
+    without a cache, against the pre-norm block written with torch's pieces."""
     f64, f32 = torch.float64, torch.float32
     return [
         _block_case("no cache, (B, T, D) = (2, 6, 16), H = 2, d_ff = 40, float64: matches the pre-norm block "
@@ -442,7 +457,10 @@ def _lm_caches_error(seed: int) -> Case:
                  part="cache_and_tied")
 
 
+@NOTEBOOK.exercise("DecoderLM", parts=("core", "cache_and_tied"))
 def _lm_cases() -> list[Case]:
+    """Check ``DecoderLM(vocab_size, d_model, num_layers, num_heads, d_ff, rope_theta=10000.0,
+    tie_embeddings=False)``. part: "core" (no cache) or "cache_and_tied"; None: both."""
     return [
         _lm_case("no cache, V = 13, D = 16, L = 2, H = 2, (B, T) = (2, 6), float64: logits match the "
                  "embedding -> blocks -> final RMSNorm -> lm_head stack", 6301),
@@ -583,7 +601,12 @@ ROW_A = torch.tensor([1.2, -0.3, 2.1, 0.4, -1.5, 1.7, 0.0, -0.8], dtype=torch.fl
 ROW_B = torch.tensor([0.1, 0.9, -0.4, 1.6, 0.6, -1.1, 1.3, -0.2], dtype=torch.float64)
 
 
+@NOTEBOOK.exercise("sample_next_token", parts=("core", "filters"))
 def _sampling_cases() -> list[Case]:
+    """Check ``sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None)``.
+
+    part: "core" (greedy, temperature, the generator, errors) or "filters" (top-k, top-p); None:
+    both. Sampling is judged statistically (20 000 draws per row, tolerance in the message)."""
     both = torch.stack((ROW_A, ROW_B))
     return [
         _greedy_case("temperature 0 is greedy: argmax of every row (float32), never a division by zero", 6401,
@@ -711,7 +734,12 @@ def _seeds_case(seed: int) -> Case:
                  "tokens, another seed others", calls, judge, seed=seed, part="cache_use")
 
 
+@NOTEBOOK.exercise("generate", parts=("core", "cache_use"))
 def _generate_cases() -> list[Case]:
+    """Check ``generate(model, input_ids, max_new_tokens, ...)`` on a probe model.
+
+    part: "core" (greedy with and without the cache) or "cache_use" (how the model is called,
+    the sampling options, the generator); None: both."""
     return [
         _generate_case("greedy with the cache (the defaults), (B, T) = (2, 5), 8 new tokens: the probe model's "
                        "greedy continuation", 6601, 2, 5, 8),
@@ -770,7 +798,10 @@ def _bytes_errors() -> Case:
     return _case("kv_cache_bytes", "ValueError for a negative argument", calls, judge)
 
 
+@NOTEBOOK.exercise("kv_cache_bytes")
 def _bytes_cases() -> list[Case]:
+    """Check ``kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1,
+    bytes_per_element=2)`` = 2·L·G·Dh·S·B·bytes (a Python int)."""
     return [
         _bytes_case("Llama-2-7B (L = 32, G = 32, Dh = 128) at 4096 tokens in fp16: 2**31 bytes (2 GiB); at 131072 "
                     "tokens 2**36 (64 GiB)", [((32, 32, 128, 4096), {}, 2**31), ((32, 32, 128, 131072), {}, 2**36)]),
@@ -817,7 +848,9 @@ def _penalty_errors() -> Case:
     return _case("apply_repetition_penalty", "ValueError for penalty <= 0", calls, judge)
 
 
+@NOTEBOOK.exercise("apply_repetition_penalty")
 def _penalty_cases() -> list[Case]:
+    """Check ``apply_repetition_penalty(logits, input_ids, penalty)`` (optional, 0 points)."""
     return [
         _penalty_case("penalty 1.3 on (B, V) = (3, 12) logits of both signs, ids with repeats (float64)", 6701, 3, 12,
                       9, 1.3, torch.float64),
@@ -826,18 +859,3 @@ def _penalty_cases() -> list[Case]:
     ]
 
 
-_VISIBLE: dict[str, Callable[[], list[Case]]] = {
-    "KVCache": _kv_cache_cases,
-    "CausalSelfAttention": _attention_cases,
-    "DecoderBlock": _block_cases,
-    "DecoderLM": _lm_cases,
-    "sample_next_token": _sampling_cases,
-    "generate": _generate_cases,
-    "kv_cache_bytes": _bytes_cases,
-    "apply_repetition_penalty": _penalty_cases,
-}
-
-
-def visible_cases(exercise: str) -> list[Case]:
-    """The cases ``check_<exercise>`` runs (the grader runs them too, before the hidden ones)."""
-    return _VISIBLE[exercise]()

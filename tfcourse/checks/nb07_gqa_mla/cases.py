@@ -29,13 +29,17 @@ from ...device import make_generator
 from ..call import INT_STEP, Call, Instance, Step
 from ..case import Case, Judge, fmt_dtype, not_a_python_int
 from ..outcome import FORBIDDEN_SHAPE
+from ..protocol import NotebookChecks
 from .mistakes import HINTS, MISTAKES
 
-__all__ = ["ATTN_TOL", "EXERCISES", "INT_STEP", "LOADER", "absorb_forbidden", "error_hint", "gqa_oracle", "gqa_state", "mla_oracle", "mla_state",
-           "pooled_state", "step_tensors", "visible_cases", "with_errors", "with_weights"]
+__all__ = ["ATTN_TOL", "INT_STEP", "LOADER", "NOTEBOOK", "absorb_forbidden", "error_hint", "gqa_oracle", "gqa_state", "mla_oracle", "mla_state", "pooled_state", "step_tensors", "with_errors", "with_weights"]
 
-EXERCISES = ("repeat_kv", "GroupedQueryAttention", "LatentCache", "MultiHeadLatentAttention",
-             "attention_cache_bytes_per_token", "mha_to_gqa")
+# Another exercise an answer calls and that fails its own check is replaced by the course's
+# version while the answer is checked: one bug costs points once (the grader does the same).
+NOTEBOOK = NotebookChecks("07_gqa_mla", calls={"GroupedQueryAttention": ("repeat_kv",),
+           "MultiHeadLatentAttention": ("LatentCache",),
+           "mha_to_gqa": ("GroupedQueryAttention", "repeat_kv")})
+
 
 LOADER = "tfcourse.checks.nb07_gqa_mla.cases:with_weights"
 # (atol, rtol): float64 modules at float32 level (float32 RoPE tables are the setup's), float32 modules
@@ -164,7 +168,9 @@ def _repeat_case(title: str, seed: int, b: int, g: int, s: int, dh: int, n_rep: 
     return _case("repeat_kv", title, [Call("repeat_kv", (x, n_rep))], judge, seed=seed)
 
 
+@NOTEBOOK.exercise("repeat_kv")
 def _repeat_cases() -> list[Case]:
+    """Check ``repeat_kv(x, n_rep)``: (B, G, S, Dh) -> (B, G·n_rep, S, Dh), head h = KV head h // n_rep."""
     f64, f32 = torch.float64, torch.float32
     return [
         _repeat_case("(B, G, S, Dh) = (2, 3, 5, 4), n_rep = 2, float64: head h of the result is KV head h // 2 "
@@ -349,7 +355,12 @@ def _gqa_case(title: str, seed: int, b: int, d: int, h: int, g: int, dtype: torc
     return _case("GroupedQueryAttention", title, [call], judge, seed=seed, part="cache" if cached else "core")
 
 
+@NOTEBOOK.exercise("GroupedQueryAttention", parts=("core", "cache"))
 def _gqa_cases() -> list[Case]:
+    """Check ``GroupedQueryAttention(d_model, num_heads, num_kv_heads, head_dim=None, rope_theta=10000.0)``.
+
+    part: "core" (no cache: G = H, G = 1, 1 < G < H, a given head_dim) or "cache" (a KVCache holding
+    the G rotated KV heads; cached == uncached); None: both."""
     f64, f32 = torch.float64, torch.float32
     return [
         _gqa_case("no cache, (B, T, D) = (2, 6, 16), H = 4, G = 2, float64: matches SDPA with enable_gqa=True, RoPE "
@@ -429,7 +440,10 @@ def _latent_errors(seed: int) -> Case:
                         "width or the dtype differ from the cache", calls, list(bad), HINTS["lc_validate"])
 
 
+@NOTEBOOK.exercise("LatentCache")
 def _latent_cases() -> list[Case]:
+    """Check ``LatentCache()``: c_kv/k_rope None when empty, update appends on the sequence axis and
+    returns the whole cache, seq_len counts positions, ValueError for chunks that do not fit."""
     return [
         _latent_case("an empty cache, then chunks of 4, 1 and 2 positions, (B, Dc, dr) = (2, 6, 4), float64: update "
                      "returns the whole cache, seq_len counts positions", 7201, torch.float64, 2, 6, 4, (4, 1, 2)),
@@ -490,7 +504,13 @@ def _mla_case(title: str, seed: int, *, b: int = 2, d: int = 16, h: int = 2, dc:
     return _case("MultiHeadLatentAttention", title, [call], judge, seed=seed, part=part)
 
 
+@NOTEBOOK.exercise("MultiHeadLatentAttention", parts=("core", "cache", "absorb"))
 def _mla_cases() -> list[Case]:
+    """Check ``MultiHeadLatentAttention(d_model, num_heads, kv_lora_rank, qk_nope_head_dim,
+    qk_rope_head_dim, v_head_dim, q_lora_rank=None, rope_theta=10000.0)``.
+
+    part: "core" (naive, no cache), "cache" (a LatentCache holding the latent and the rotated
+    shared key) or "absorb" (absorb=True == naive, kv_b_proj never called); None: all."""
     f32 = torch.float32
     return [
         _mla_case("no cache, (B, T, D) = (2, 5, 16), H = 2, Dc = 8, dn = 6, dr = 4, dv = 5, float64: matches MLA "
@@ -534,7 +554,10 @@ def _bytes_case(title: str, rows: list[tuple[tuple, dict, int, str]]) -> Case:
     return _case("attention_cache_bytes_per_token", title, calls, judge)
 
 
+@NOTEBOOK.exercise("attention_cache_bytes_per_token")
 def _bytes_cases() -> list[Case]:
+    """Check ``attention_cache_bytes_per_token(kind, num_layers, num_heads, head_dim, ...)`` for
+    mha, mqa, gqa and mla (a Python int)."""
     return [
         _bytes_case("Llama-3-8B (L = 32, H = 32, Dh = 128, G = 8) in bf16: gqa 131072 bytes per token; as mha "
                     "524288, as mqa 16384",
@@ -613,7 +636,9 @@ def _to_gqa_errors(seed: int) -> Case:
                         HINTS["pool_errors"])
 
 
+@NOTEBOOK.exercise("mha_to_gqa")
 def _to_gqa_cases() -> list[Case]:
+    """Check ``mha_to_gqa(mha, num_kv_heads)`` (optional, 0 points): mean-pooled KV heads, a new module."""
     return [
         _to_gqa_case("H = 4 -> G = 2, (B, T, D) = (2, 5, 16), float64: KV heads (0, 1) and (2, 3) mean-pooled, "
                      "q_proj and o_proj copied; the input module unchanged", 7501, 2, 5, 16, 4, 2),
@@ -623,16 +648,3 @@ def _to_gqa_cases() -> list[Case]:
     ]
 
 
-_VISIBLE: dict[str, Callable[[], list[Case]]] = {
-    "repeat_kv": _repeat_cases,
-    "GroupedQueryAttention": _gqa_cases,
-    "LatentCache": _latent_cases,
-    "MultiHeadLatentAttention": _mla_cases,
-    "attention_cache_bytes_per_token": _bytes_cases,
-    "mha_to_gqa": _to_gqa_cases,
-}
-
-
-def visible_cases(exercise: str) -> list[Case]:
-    """The cases ``check_<exercise>`` runs (the grader runs them too, before the hidden ones)."""
-    return _VISIBLE[exercise]()

@@ -32,14 +32,15 @@ import torch
 
 from ..call import Call, Instance, Step
 from ..case import Case, Judge, fmt_dtype
+from ..protocol import NotebookChecks
 from . import probes
 from .mistakes import HINTS, MISTAKES
 
-__all__ = ["EXERCISES", "PROBES", "SMOLLM2_PROMPT", "MINILM_BATCH", "decoder_case", "divergence_case",
-           "encoder_case", "hf_llama_logits", "visible_cases"]
+__all__ = ["NOTEBOOK", "PROBES", "SMOLLM2_PROMPT", "MINILM_BATCH", "decoder_case", "divergence_case",
+           "encoder_case", "hf_llama_logits"]
 
-EXERCISES = ("load_decoder_weights", "load_encoder_weights", "mean_pool", "first_divergent_layer",
-             "attention_rollout")
+NOTEBOOK = NotebookChecks("08_real_weights")
+
 
 PROBES = "tfcourse.checks.nb08_real_weights.probes:"
 # "The capital of France is" in SmolLM2's tokenizer
@@ -615,48 +616,75 @@ def rollout_empty_case() -> Case:
     return _case("attention_rollout", "ValueError for an empty list", [Call("attention_rollout", ([],))], judge)
 
 
-# ---------------------------------------------------------------------------------------------
-def visible_cases(exercise: str) -> list[Case]:
-    if exercise == "load_decoder_weights":
-        return [decoder_case("tied", 1, torch.tensor([[3, 14, 15, 9, 26, 5], [2, 7, 1, 8, 28, 18]])),
-                decoder_case("untied", 2, torch.tensor([[1, 4, 1, 42, 13, 5, 6]])),
-                decoder_case("tied", 7, torch.tensor([[5, 3, 8, 1]]), quantized=False, dtype=torch.float64),
-                decoder_errors_case(), real_decoder_case()]
-    if exercise == "load_encoder_weights":
-        ids = torch.tensor([[2, 9, 33, 4, 17, 3, 1], [2, 44, 12, 3, 0, 0, 0]])
-        mask = torch.tensor([[1] * 7, [1, 1, 1, 1, 0, 0, 0]])
-        types = torch.tensor([[0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 0, 0, 0]])
-        return [encoder_case("small", 3, ids, mask, types),
-                encoder_case("square", 4, ids[:, :6], mask[:, :6], torch.zeros_like(ids[:, :6]), prefix="bert."),
-                encoder_errors_case(), real_encoder_case()]
-    if exercise == "mean_pool":
-        return [pool_case(31, 3, 6, 5, [6, 2, 4], torch.float64, torch.bool),
-                pool_case(32, 2, 5, 8, [3, 5], torch.float32, torch.int64),
-                pool_case(33, 2, 7, 4, [1, 7], torch.float16, torch.float32),
-                pool_errors_case()]
-    if exercise == "first_divergent_layer":
-        return [
-            divergence_case("a perturbed FFN at block 1 of 4 (both sequences differ from there on)", 1,
-                            {"bug": "ffn", "layer": 1, "size": 0.5}),
-            divergence_case("a wrong attention scale at block 2 of 4: only the SECOND sequence differs (the first "
-                            "repeats one token)", 2, {"bug": "scale", "layer": 2, "size": 1.0}),
-            divergence_case("two equal models: None", None, {}),
-            divergence_case("a perturbation that stays below atol = 1e-4: None", None,
-                            {"bug": "ffn", "layer": 0, "size": 1e-7}),
-            divergence_case("atol = 1e-7, block 3's output 2e-6 larger in relative terms (about 1e-5 absolute): "
-                            "only atol decides", 3, {"bug": "output_scale", "layer": 3, "size": 2e-6}, atol=1e-7),
-            divergence_case("NaN produced at block 2 (in model_b only; models in training mode; hooks, training "
-                            "flags and parameters left as they were)", 2, {"bug": "nan", "layer": 2, "training": True},
-                            model_a={"training": True}, part="edges", state=True),
-            divergence_case("NaN in BOTH models from block 1 on: NaN counts as a difference", 1,
-                            {"bug": "nan", "layer": 1}, model_a={"bug": "nan", "layer": 1}, part="edges"),
-            divergence_case("a bug in final_norm only (after the last block): None", None,
-                            {"bug": "final_norm", "size": 0.5}, part="edges", state=True),
-            divergence_case("a perturbed embedding: block 0", 0, {"bug": "embedding", "size": 0.5}, part="edges",
-                            state=True),
-            divergence_errors_case(),
-        ]
-    if exercise == "attention_rollout":
-        return [rollout_case(41, 3, 2, 4, 5, torch.float64), rollout_case(42, 2, 1, 3, 6, torch.float32),
-                rollout_case(43, 1, 2, 2, 4, torch.float64), rollout_empty_case()]
-    raise KeyError(exercise)
+@NOTEBOOK.exercise("load_decoder_weights", parts=("core", "real"))
+def _load_decoder_weights_cases() -> list[Case]:
+    """Check ``load_decoder_weights(model, gguf_path) -> model``.
+
+    part: "core" (tiny GGUF files written here: parameters, tie, logits vs transformers'
+    LlamaForCausalLM, the ValueErrors) or "real" (the packaged SmolLM2 file's logits vs
+    transformers' own GGUF conversion, atol 1e-4); None: both."""
+    return [decoder_case("tied", 1, torch.tensor([[3, 14, 15, 9, 26, 5], [2, 7, 1, 8, 28, 18]])),
+            decoder_case("untied", 2, torch.tensor([[1, 4, 1, 42, 13, 5, 6]])),
+            decoder_case("tied", 7, torch.tensor([[5, 3, 8, 1]]), quantized=False, dtype=torch.float64),
+            decoder_errors_case(), real_decoder_case()]
+
+
+@NOTEBOOK.exercise("load_encoder_weights", parts=("core", "real"))
+def _load_encoder_weights_cases() -> list[Case]:
+    """Check ``load_encoder_weights(model, safetensors_path) -> model``.
+
+    part: "core" (tiny BERT files, with and without the "bert." prefix, the ValueErrors) or "real"
+    (the packaged MiniLM vs transformers' BertModel, atol 1e-5 on real tokens); None: both."""
+    ids = torch.tensor([[2, 9, 33, 4, 17, 3, 1], [2, 44, 12, 3, 0, 0, 0]])
+    mask = torch.tensor([[1] * 7, [1, 1, 1, 1, 0, 0, 0]])
+    types = torch.tensor([[0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 0, 0, 0]])
+    return [encoder_case("small", 3, ids, mask, types),
+            encoder_case("square", 4, ids[:, :6], mask[:, :6], torch.zeros_like(ids[:, :6]), prefix="bert."),
+            encoder_errors_case(), real_encoder_case()]
+
+
+@NOTEBOOK.exercise("mean_pool")
+def _mean_pool_cases() -> list[Case]:
+    """Check ``mean_pool(hidden, attention_mask) -> (B, D)``: the mean over real tokens, hidden's dtype."""
+    return [pool_case(31, 3, 6, 5, [6, 2, 4], torch.float64, torch.bool),
+            pool_case(32, 2, 5, 8, [3, 5], torch.float32, torch.int64),
+            pool_case(33, 2, 7, 4, [1, 7], torch.float16, torch.float32),
+            pool_errors_case()]
+
+
+@NOTEBOOK.exercise("first_divergent_layer", parts=("core", "edges"))
+def _first_divergent_layer_cases() -> list[Case]:
+    """Check ``first_divergent_layer(model_a, model_b, input_ids, atol=1e-4) -> int | None``.
+
+    part: "core" (bugs at known blocks, equal models, differences below atol, only atol decides)
+    or "edges" (NaN, a bug after the last block, a bug in the embedding, models left as found,
+    ValueError); None: both."""
+    return [
+        divergence_case("a perturbed FFN at block 1 of 4 (both sequences differ from there on)", 1,
+                        {"bug": "ffn", "layer": 1, "size": 0.5}),
+        divergence_case("a wrong attention scale at block 2 of 4: only the SECOND sequence differs (the first "
+                        "repeats one token)", 2, {"bug": "scale", "layer": 2, "size": 1.0}),
+        divergence_case("two equal models: None", None, {}),
+        divergence_case("a perturbation that stays below atol = 1e-4: None", None,
+                        {"bug": "ffn", "layer": 0, "size": 1e-7}),
+        divergence_case("atol = 1e-7, block 3's output 2e-6 larger in relative terms (about 1e-5 absolute): "
+                        "only atol decides", 3, {"bug": "output_scale", "layer": 3, "size": 2e-6}, atol=1e-7),
+        divergence_case("NaN produced at block 2 (in model_b only; models in training mode; hooks, training "
+                        "flags and parameters left as they were)", 2, {"bug": "nan", "layer": 2, "training": True},
+                        model_a={"training": True}, part="edges", state=True),
+        divergence_case("NaN in BOTH models from block 1 on: NaN counts as a difference", 1,
+                        {"bug": "nan", "layer": 1}, model_a={"bug": "nan", "layer": 1}, part="edges"),
+        divergence_case("a bug in final_norm only (after the last block): None", None,
+                        {"bug": "final_norm", "size": 0.5}, part="edges", state=True),
+        divergence_case("a perturbed embedding: block 0", 0, {"bug": "embedding", "size": 0.5}, part="edges",
+                        state=True),
+        divergence_errors_case(),
+    ]
+
+
+@NOTEBOOK.exercise("attention_rollout")
+def _attention_rollout_cases() -> list[Case]:
+    """Check ``attention_rollout(attentions) -> (B, T, T)`` (optional, 0 points)."""
+    return [rollout_case(41, 3, 2, 4, 5, torch.float64), rollout_case(42, 2, 1, 3, 6, torch.float32),
+            rollout_case(43, 1, 2, 2, 4, torch.float64), rollout_empty_case()]
+

@@ -10,11 +10,20 @@ Each ``tests/catalogue/nbNN_topic.py`` defines::
 it; it runs after the course's setup cell, so it may use the names that cell imports. ``hint`` is
 a substring expected in the feedback's ``  hint:`` line, or None when no hint is expected.
 ``tests/test_catalogue.py`` runs every entry through the notebook's checks and through the grader.
+
+A module has one section per exercise: a base source ``_NAME`` (a correct solution as a learner
+would write it), then ``NAME_WRONG`` and ``NAME_CORRECT``. An entry that is the base with a mistake
+(or another correct form) patched in is written ``variant(_NAME, (old, new), ...)``, so that it
+shows only what it changes; a short entry (up to a few lines), or another implementation
+altogether, is written out. Where several entries share a second hand (other names, another
+idiom), that hand is kept once too (``_NAME_...``, itself a variant of the base where it can be),
+and a block of base lines that several entries replace may be named (``_..._LINES``).
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 from textwrap import dedent
 from types import ModuleType
@@ -38,15 +47,41 @@ def entry(name: str, source: str, hint: str | None = None) -> Entry:
     return Entry(name, dedent(source).lstrip("\n"), hint)
 
 
-def variant(base: str, *replacements: tuple[str, str]) -> str:
-    """``base`` (dedented) with each ``(old, new)`` replaced; AssertionError if ``old`` is absent,
-    so a variant cannot silently equal its base."""
+_GAP = re.compile(r"\n[ \t]*\.\.\.[ \t]*\n")
+
+
+def variant(base: str, *replacements: tuple[str, str | None]) -> str:
+    """``base`` (dedented) with each ``(old, new)`` replaced, in order; AssertionError if ``old`` is
+    absent, so a variant cannot silently equal its base.
+
+    ``(old, None)`` deletes the whole lines ``old`` is (``(old, "")`` leaves an empty line). A long
+    ``old`` may be written as its first line(s), a line ``...``, and its last line(s): it then
+    stands for the lines of the source from the first part (which must occur once) through the
+    next occurrence of the last part.
+    """
     source = dedent(base).lstrip("\n")
     for old, new in replacements:
-        old, new = old.strip("\n"), new.strip("\n")
+        old = _span(source, old.strip("\n"))
         assert old in source, old
-        source = source.replace(old, new)
+        if new is None:
+            lines = "\n" + old + "\n"
+            assert lines in "\n" + source, f"not whole lines: {old}"
+            source = ("\n" + source).replace(lines, "\n")[1:]
+        else:
+            source = source.replace(old, new.strip("\n"))
     return source
+
+
+def _span(source: str, old: str) -> str:
+    """``old``, or the text of ``source`` that ``old`` written with a ``...`` line stands for."""
+    if old in source or not _GAP.search(old):
+        return old
+    head, tail = _GAP.split(old, maxsplit=1)
+    assert source.count(head) == 1, head
+    start = source.index(head)
+    end = source.find("\n" + tail, start + len(head))
+    assert end >= 0, tail
+    return source[start:end + 1 + len(tail)]
 
 
 def load_catalogues() -> dict[str, ModuleType]:

@@ -205,24 +205,15 @@ LC_WRONG = [
         ("        if self.c_kv is None:\n            self.c_kv, self.k_rope = c_kv, k_rope",
          "        self.n += 1\n        if self.c_kv is None:\n            self.c_kv, self.k_rope = c_kv, k_rope")),
        "seq_len counts cached positions"),
-    _e("no validation", '''
-class LatentCache:
-    def __init__(self):
-        self.c_kv = None
-        self.k_rope = None
-
-    @property
-    def seq_len(self):
-        return 0 if self.c_kv is None else self.c_kv.shape[1]
-
-    def update(self, c_kv, k_rope):
-        if self.c_kv is None:
-            self.c_kv, self.k_rope = c_kv, k_rope
-        else:
-            self.c_kv = torch.cat([self.c_kv, c_kv], dim=1)
-            self.k_rope = torch.cat([self.k_rope, k_rope], dim=1)
-        return self.c_kv, self.k_rope
-''', "update raises ValueError itself"),
+    _e("no validation", _variant(_LC, ("return 0 if self.c_kv is None else self.c_kv.size(1)",
+                                       "return 0 if self.c_kv is None else self.c_kv.shape[1]"), ('''
+        if c_kv.shape[:2] != k_rope.shape[:2]:
+            raise ValueError("c_kv and k_rope must have the same B and T")
+''', None), ('''
+            if (c_kv.size(0) != self.c_kv.size(0) or c_kv.size(2) != self.c_kv.size(2)
+                    ...
+                raise ValueError("the chunk does not fit the cache")
+''', None)), "update raises ValueError itself"),
 ]
 
 LC_CORRECT = [

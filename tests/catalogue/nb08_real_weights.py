@@ -153,52 +153,8 @@ def load_encoder_weights(model, safetensors_path):
     return model
 '''
 
-ENCODER_WRONG = [
-    _e("query and key swapped", _variant(_ENCODER, ('"attention.self.query": "attn.q_proj", "attention.self.key": '
-                                                    '"attn.k_proj"', '"attention.self.query": "attn.k_proj", '
-                                                    '"attention.self.key": "attn.q_proj"')),
-       "attention.self.query is q_proj"),
-    _e("the two LayerNorms swapped", _variant(_ENCODER, ('"attention.output.LayerNorm": "attn_norm"',
-                                                         '"attention.output.LayerNorm": "ffn_norm"'),
-                                              ('"output.LayerNorm": "ffn_norm"', '"output.LayerNorm": "attn_norm"')),
-       "attention.output.LayerNorm is attn_norm"),
-    _e("intermediate and output dense swapped", _variant(_ENCODER, ('"intermediate.dense": "ffn.up_proj"',
-                                                                    '"intermediate.dense": "ffn.down_proj"'),
-                                                         ('"output.dense": "ffn.down_proj"',
-                                                          '"output.dense": "ffn.up_proj"')),
-       "intermediate.dense is ffn.up_proj"),
-    _e("token type embeddings never loaded", _variant(
-        _ENCODER, ('             "type_emb.weight": "embeddings.token_type_embeddings.weight",\n', "")),
-       "embeddings.token_type_embeddings.weight goes into type_emb.weight"),
-    _e("the 'bert.' prefix kept", _variant(
-        _ENCODER, ('    tensors = {k[len("bert."):] if k.startswith("bert.") else k: v for k, v in tensors.items()}\n',
-                   "")),
-       "strip the 'bert.' prefix"),
-    _e("load_state_dict(strict=False) without checks (no ValueError)", '''
-def load_encoder_weights(model, safetensors_path):
-    tensors = {k.removeprefix("bert."): v for k, v in load_file(str(safetensors_path)).items()}
-    rename = [("embeddings.word_embeddings", "tok_emb"), ("embeddings.position_embeddings", "pos_emb"),
-              ("embeddings.token_type_embeddings", "type_emb"), ("embeddings.LayerNorm", "emb_norm"),
-              ("encoder.layer.", "blocks."), ("attention.self.query", "attn.q_proj"),
-              ("attention.self.key", "attn.k_proj"), ("attention.self.value", "attn.v_proj"),
-              ("attention.output.dense", "attn.o_proj"), ("attention.output.LayerNorm", "attn_norm"),
-              ("intermediate.dense", "ffn.up_proj"), ("output.dense", "ffn.down_proj"),
-              ("output.LayerNorm", "ffn_norm")]
-    state = {}
-    for key, value in tensors.items():
-        if key.startswith("pooler") or key.endswith("position_ids"):
-            continue
-        for old, new in rename:
-            key = key.replace(old, new)
-        state[key] = value
-    model.load_state_dict(state, strict=False)
-    return model
-''', "check every tensor before copying"),
-]
-
-ENCODER_CORRECT = [
-    _e("the reference's loop", _ENCODER),
-    _e("renamed keys for load_state_dict, checked first", '''
+# The same loader written for load_state_dict: the keys renamed, every tensor checked first.
+_ENCODER_RENAMED = '''
 def load_encoder_weights(model, safetensors_path):
     raw = load_file(str(safetensors_path))
     if all(k.startswith("bert.") for k in raw):
@@ -226,7 +182,55 @@ def load_encoder_weights(model, safetensors_path):
             raise ValueError(f"{origin[name]} has shape {tuple(state[name].shape)}, {name} needs {tuple(param.shape)}")
     model.load_state_dict({k: v for k, v in state.items() if k in own})
     return model
-'''),
+'''
+
+ENCODER_WRONG = [
+    _e("query and key swapped", _variant(_ENCODER, ('"attention.self.query": "attn.q_proj", "attention.self.key": '
+                                                    '"attn.k_proj"', '"attention.self.query": "attn.k_proj", '
+                                                    '"attention.self.key": "attn.q_proj"')),
+       "attention.self.query is q_proj"),
+    _e("the two LayerNorms swapped", _variant(_ENCODER, ('"attention.output.LayerNorm": "attn_norm"',
+                                                         '"attention.output.LayerNorm": "ffn_norm"'),
+                                              ('"output.LayerNorm": "ffn_norm"', '"output.LayerNorm": "attn_norm"')),
+       "attention.output.LayerNorm is attn_norm"),
+    _e("intermediate and output dense swapped", _variant(_ENCODER, ('"intermediate.dense": "ffn.up_proj"',
+                                                                    '"intermediate.dense": "ffn.down_proj"'),
+                                                         ('"output.dense": "ffn.down_proj"',
+                                                          '"output.dense": "ffn.up_proj"')),
+       "intermediate.dense is ffn.up_proj"),
+    _e("token type embeddings never loaded", _variant(
+        _ENCODER, ('             "type_emb.weight": "embeddings.token_type_embeddings.weight",\n', "")),
+       "embeddings.token_type_embeddings.weight goes into type_emb.weight"),
+    _e("the 'bert.' prefix kept", _variant(
+        _ENCODER, ('    tensors = {k[len("bert."):] if k.startswith("bert.") else k: v for k, v in tensors.items()}\n',
+                   "")),
+       "strip the 'bert.' prefix"),
+    _e("load_state_dict(strict=False) without checks (no ValueError)", _variant(_ENCODER_RENAMED, ('''
+    raw = load_file(str(safetensors_path))
+    if all(k.startswith("bert.") for k in raw):
+        raw = {k[5:]: v for k, v in raw.items()}
+''', '    tensors = {k.removeprefix("bert."): v for k, v in load_file(str(safetensors_path)).items()}'),
+        ("state, origin = {}, {}", "state = {}"), ("for key, value in raw.items():", "for key, value in tensors.items():"),
+        ('if key.startswith("pooler.") or key == "embeddings.position_ids":',
+         'if key.startswith("pooler") or key.endswith("position_ids"):'), ('''
+        new = key
+        for old, repl in rename:
+            new = new.replace(old, repl)
+        state[new], origin[new] = value, key
+''', '''
+        for old, new in rename:
+            key = key.replace(old, new)
+        state[key] = value
+'''), ('''
+    own = model.state_dict()
+    ...
+    model.load_state_dict({k: v for k, v in state.items() if k in own})
+''', "    model.load_state_dict(state, strict=False)")), "check every tensor before copying"),
+]
+
+ENCODER_CORRECT = [
+    _e("the reference's loop", _ENCODER),
+    _e("renamed keys for load_state_dict, checked first", _ENCODER_RENAMED),
 ]
 
 # ---------------------------------------------------------------------------------------------

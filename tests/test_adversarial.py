@@ -36,8 +36,8 @@ import nbformat
 import pytest
 
 import tfcourse
-from grader import sandbox
 from grader.build import NOTEBOOKS, ROOT, SOLUTIONS
+from grader.isolation import sandbox
 from tests.adversarial import (
     ATTACKS,
     BACKGROUND,
@@ -491,7 +491,7 @@ def _result(name: str, record: dict) -> bytes:
     ([b"P:exercise a", b"R:a", b"P:exercise b", b"junk"], ["a"], True),
 ])
 def test_results_channel_keeps_only_announced_finished_results(frames, kept, broken):
-    from grader.runner import _Channel
+    from grader.isolation.runner import _Channel
 
     data = b""
     for f in frames:
@@ -526,7 +526,7 @@ frame("ready")
 def _run_fake_child(body: str, monkeypatch, tmp_path, **limits):
     """run_notebook with ``body`` as the child: a stand-in for learner code that has taken over
     the child's results pipe."""
-    from grader import runner
+    from grader.isolation import runner
     from tfcourse.checks.call import Call
     from tfcourse.checks.case import Case
 

@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
-from grader import sandbox
 from grader.build import ROOT
+from grader.isolation import sandbox
 
 
 def _bwrap_usable() -> bool:

@@ -1,7 +1,7 @@
 """What a grader child can see in each sandbox mode, measured, against docs/grading.md's table.
 
 A probe stands in for learner code: started exactly as the grader starts a child
-(``grader.sandbox.launch``), it tries to read one path per row of the table "What each mode
+(``grader.isolation.sandbox.launch``), it tries to read one path per row of the table "What each mode
 hides" in docs/grading.md (the course checkout, the reference solutions, another submission of
 the batch, another job folder, the rest of the machine, ...) and reports what it reached. Every
 mode this machine offers is run; a mode that cannot run here is skipped with the reason. Each
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 import tfcourse
-from grader import sandbox
 from grader.build import ROOT
+from grader.isolation import sandbox
 
 DOCS = ROOT / "docs" / "grading.md"
 HEADING = "### What each mode hides (measured)"

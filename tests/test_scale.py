@@ -1,4 +1,4 @@
-"""Grading at scale (issue 14): the fast path (warm zygotes, grader/fastpath.py) and batches on a
+"""Grading at scale (issue 14): the fast path (warm zygotes, grader/isolation/fastpath.py) and batches on a
 Dask cluster (grader/batch.py).
 
 The cluster is real: a scheduler and two workers started as separate processes on 127.0.0.1
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import fastpath, sandbox
 from grader.build import NOTEBOOKS, ROOT, SOLUTIONS
-from grader.runner import Limits
+from grader.isolation import fastpath, sandbox
+from grader.isolation.runner import Limits
 from tests.adversarial import ATTACKS, EXERCISES, NOTEBOOK
 from tests.test_adversarial import _skip_reason, assert_verdict, build_submission
 
@@ -269,7 +269,7 @@ def test_a_hostile_notebook_does_not_change_the_next_one_graded_by_the_same_zygo
 
 
 def test_zygote_refuses_to_fork_with_threads_or_shared_memory():
-    code = ("import sys, threading, mmap; sys.path.insert(0, 'grader'); import zygote;"
+    code = ("import sys, threading, mmap; sys.path.insert(0, 'grader/isolation'); import zygote;"
             "assert zygote.unsafe_to_fork() == '', zygote.unsafe_to_fork();"
             "m = mmap.mmap(-1, 4096); assert 'shared' in zygote.unsafe_to_fork(); m.close();"
             "e = threading.Event(); t = threading.Thread(target=e.wait); t.start();"
@@ -374,8 +374,8 @@ def test_fork_makes_the_cold_childs_sandbox(fast_mode, tmp_path, monkeypatch):
     and not the checkout, the graded notebook's reference or other jobs, has a loopback where
     the cold child has one (bwrap), and finds nothing the fork before it left in /tmp, /dev/shm
     or System V IPC. Every child must really be a fork (not the cold path after a failure)."""
-    from grader import runner
     from grader.course import load_course
+    from grader.isolation import runner
 
     if (why := sandbox._works(fast_mode)) is not None:
         pytest.skip(f"sandbox {fast_mode!r} cannot run here: {why}")
@@ -509,8 +509,8 @@ def test_keyring_and_ptrace_calls_are_refused_in_every_child(mode, fast, monkeyp
     """The grader's user's kernel keyrings and the sandbox's init are out of reach of learner
     code, cold or forked, in every sandbox (a seccomp filter in child.py refuses the keyring
     calls and ptrace; /proc/1/mem cannot be opened for writing in bwrap and unshare)."""
-    from grader import runner
     from grader.course import load_course
+    from grader.isolation import runner
 
     if os.uname().machine not in ("x86_64", "aarch64") or sys.platform != "linux":
         pytest.skip("the filter knows x86_64 and aarch64 Linux only")

@@ -2,7 +2,7 @@
 each notebook's child as a fork of itself, inside a fresh sandbox made by the fork (the cold
 child's: bwrap's view or unshare's).
 
-Started by ``grader.fastpath`` as ``python -I zygote.py CONTROL_FD JOBS_FOLDER [LIBRARY]`` (a
+Started by ``fastpath`` as ``python -I zygote.py CONTROL_FD JOBS_FOLDER [LIBRARY]`` (a
 fresh interpreter, never a fork of the grading process: it holds no reference solution, no hidden
 case, no other learner's work; under bwrap it runs in bubblewrap and imports the course's public
 library from LIBRARY). It never runs learner code itself. Per job it receives, on the control
@@ -14,7 +14,7 @@ descriptors (the results channel and the output pipe), and forks:
   IPC and UTS namespaces; it forks B, waits for it and exits with the status of the job's child
   (dies by the same signal), like ``unshare --fork --kill-child``.
 * B (PID 1 of the new PID namespace, killed when A dies): a fresh /proc, host name ``grader``,
-  then exactly the cold child's view: under unshare ``grader.sandbox.VIEW_SCRIPT``'s (everything
+  then exactly the cold child's view: under unshare ``sandbox.VIEW_SCRIPT``'s (everything
   but the system, the Python installation and its own job folder covered, all read-only,
   scratch tmpfs, capability bounding set dropped, no_new_privs), under bwrap :func:`_bwrap_view`'s
   (its own job at /job, the other jobs covered, fresh /tmp and /dev/shm, the rest read-only, the

@@ -1,9 +1,9 @@
 """Run one submission notebook's code in a child process, with limits enforced from outside.
 
 The grading process (this module's caller) never imports learner code. It writes a job for
-``grader/child.py`` into a fresh temporary folder (the learner's cells, the course's public
+``child.py`` into a fresh temporary folder (the learner's cells, the course's public
 library without the reference solutions of this notebook and later ones, the inputs), starts the
-child in the sandbox chosen by ``grader.sandbox`` (its own session, and where the platform
+child in the sandbox chosen by ``sandbox`` (its own session, and where the platform
 allows it its own file view, network and PID namespace), reads its progress and results from a
 pipe, and watches it: it kills the whole sandbox when an exercise runs past the wall-clock limit
 or the child's processes/threads or memory pass theirs. If the child dies (timeout, memory,
@@ -34,8 +34,8 @@ from tfcourse.checks.case import Case
 from tfcourse.checks.outcome import Outcome
 from tfcourse.checks.wire import call_to_json, outcome_from_json, safe_text
 
+from ..names import module_name
 from . import fastpath, sandbox
-from .names import module_name
 
 CHILD = Path(__file__).with_name("child.py")
 LIBRARY = Path(tfcourse.__file__).resolve().parent
@@ -112,7 +112,7 @@ class _Drain(threading.Thread):
 
 
 class _Channel(threading.Thread):
-    """Reads the child's frames (see grader/child.py): progress lines and results.
+    """Reads the child's frames (see child.py): progress lines and results.
 
     A result counts only for the exercise the child announced last, and only once the child has
     moved on (its next progress line): a result followed by the child's death is dropped, and a
@@ -338,7 +338,7 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
     lines forged by learner code cannot keep it running."""
     read_end, write_end = os.pipe()
     proc = None
-    if fastpath.enabled(box):  # a fork of a warm zygote, in the same sandbox (grader/fastpath.py)
+    if fastpath.enabled(box):  # a fork of a warm zygote, in the same sandbox (fastpath.py)
         spec = sandbox.launch(box, job_dir, ["3"], device=device, scratch_mb=limits.file_mb)
         out_read, out_write = os.pipe()
         try:

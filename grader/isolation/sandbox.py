@@ -173,7 +173,7 @@ def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: 
                 jobs: str | None = None) -> list[str]:
     """bwrap's command line for a child whose job folder is ``job_dir`` (seen at /job).
 
-    ``jobs``: the view of a fast path zygote (grader/zygote.py), which runs no learner code but
+    ``jobs``: the view of a fast path zygote (zygote.py), which runs no learner code but
     forks the children: ``job_dir`` is its own folder, the folder of every job folder is seen
     read-only at :data:`JOBS_VIEW` (each fork binds its own job at /job and covers the others),
     and /proc is the grading machine's (read-write bind, no PID namespace: bubblewrap's own

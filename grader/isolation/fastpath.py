@@ -1,4 +1,4 @@
-"""The fast path: warm zygotes (grader/zygote.py) that start each notebook's child as a fork
+"""The fast path: warm zygotes (zygote.py) that start each notebook's child as a fork
 instead of a fresh interpreter that imports torch (about 3 s per notebook, most of a submission's
 grading time).
 

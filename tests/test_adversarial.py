@@ -526,13 +526,13 @@ frame("ready")
 def _run_fake_child(body: str, monkeypatch, tmp_path, **limits):
     """run_notebook with ``body`` as the child: a stand-in for learner code that has taken over
     the child's results pipe."""
-    from grader.isolation import runner
+    from grader.isolation import jobfolder, runner
     from tfcourse.checks.call import Call
     from tfcourse.checks.case import Case
 
     fake = tmp_path / "child.py"
     fake.write_text(FAKE_CHILD.format(body=body))
-    monkeypatch.setattr(runner, "CHILD", fake)
+    monkeypatch.setattr(jobfolder, "CHILD", fake)
     case = Case("softmax", "a case", [Call("softmax", (1,))], lambda j: None)
     return runner.run_notebook(NOTEBOOK, "", {"softmax": "pass"}, {"softmax": [case]}, device="cpu",
                                limits=runner.Limits(**limits), seed=0)

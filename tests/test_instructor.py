@@ -578,9 +578,9 @@ def test_grader_library_copy_keeps_the_ordinary_error(tmp_path) -> None:
     """The grader's copy for notebook 02 deletes nb02 on: importing it still fails, with the
     ordinary error (the feedback adds why, tfcourse/checks/case.py), not the learner
     environment's "not released yet" (the grader hides it whatever the date)."""
-    from grader.isolation.runner import _library_copy
+    from grader.isolation.jobfolder import copy_library
 
-    _library_copy(tmp_path, NB2)
+    copy_library(tmp_path, NB2)
     result = _probe_references(tmp_path)
     assert result["hidden02"] == ["ModuleNotFoundError", "tfcourse.reference.nb02_multi_head_attention",
                                   "No module named 'tfcourse.reference.nb02_multi_head_attention'"], result

@@ -39,10 +39,9 @@ import threading
 import time
 from pathlib import Path
 
-from . import sandbox
+from . import jobfolder, sandbox
 
 ENV_VAR = "TFCOURSE_FAST"
-ZYGOTE = Path(__file__).with_name("zygote.py")
 START_TIMEOUT = 120.0
 
 MODES = ("bwrap", "unshare")
@@ -100,7 +99,7 @@ class Zygote:
         try:
             if box.mode == "bwrap":
                 self.folder = Path(tempfile.mkdtemp(prefix="tfcourse-zygote-"))
-                _zygote_folder(self.folder)
+                jobfolder.fill_zygote(self.folder)
                 scratch = f"{sandbox.SCRATCH_VIEW}/work"
                 inner = [sys.executable, "-I", f"{sandbox.JOB_VIEW}/zygote.py", str(theirs.fileno()),
                          sandbox.JOBS_VIEW, f"{sandbox.JOB_VIEW}/lib"]
@@ -108,7 +107,7 @@ class Zygote:
                                            jobs=jobs)
                 env, cwd = sandbox.child_env(scratch), str(self.folder)
             else:
-                argv = [sys.executable, "-I", str(ZYGOTE), str(theirs.fileno()), jobs]
+                argv = [sys.executable, "-I", str(jobfolder.ZYGOTE), str(theirs.fileno()), jobs]
                 env, cwd = sandbox.child_env(str(Path.home())), "/"
             self.proc = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), env=env, cwd=cwd,
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -157,19 +156,6 @@ class Zygote:
         if kind != "pid":
             raise ZygoteError(f"the warm worker did not fork ({reply or 'no answer'})")
         return ForkedChild(self, int(value))
-
-
-def _zygote_folder(folder: Path) -> None:
-    """What a bwrap zygote sees at /job: zygote.py and the course's public library without any
-    reference solution (a job's own copy replaces it in each fork)."""
-    from .runner import LIBRARY
-
-    shutil.copy(ZYGOTE, folder / "zygote.py")
-    shutil.copytree(LIBRARY, folder / "lib" / "tfcourse", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for path in (folder / "lib" / "tfcourse" / "reference").glob("nb*.py"):
-        path.unlink()
-    for path in [folder, *folder.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 class ForkedChild:

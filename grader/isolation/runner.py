@@ -29,16 +29,12 @@ import torch
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save_file
 
-import tfcourse
 from tfcourse.checks.case import Case
 from tfcourse.checks.outcome import Outcome
 from tfcourse.checks.wire import call_to_json, outcome_from_json, safe_text
 
-from ..names import module_name
-from . import fastpath, sandbox
+from . import fastpath, jobfolder, sandbox
 
-CHILD = Path(__file__).with_name("child.py")
-LIBRARY = Path(tfcourse.__file__).resolve().parent
 MAX_RESULT_BYTES = 256 * 2**20  # all results of one child together
 MAX_PROGRESS_LINES = 10_000
 WATCH_EVERY = 0.1  # seconds between two looks at the child's processes and memory
@@ -187,16 +183,6 @@ class _Channel(threading.Thread):
             return list(self.progress)
 
 
-def _library_copy(dest: Path, notebook: str) -> None:
-    """The course's public code for the child: tfcourse without the reference solutions of this
-    notebook and later ones (earlier notebooks' components stay importable)."""
-    shutil.copytree(LIBRARY, dest / "tfcourse", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    own = module_name(notebook)
-    for path in (dest / "tfcourse" / "reference").glob("nb*.py"):
-        if path.stem >= own:
-            path.unlink()
-
-
 def _out_of_memory(o: Outcome | None) -> bool:
     return o is not None and (o.error_type == "MemoryError" or "can't allocate memory" in o.error_message.lower())
 
@@ -254,8 +240,7 @@ def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[s
     cap = limits.output_kb * 1024
     with tempfile.TemporaryDirectory(prefix="tfcourse-grade-", dir=sandbox.jobs_folder()) as tmp:
         job_dir = Path(tmp)
-        _library_copy(job_dir / "lib", notebook)
-        shutil.copy(CHILD, job_dir / "child.py")
+        jobfolder.fill_job(job_dir, notebook)
         tensors: dict[str, torch.Tensor] = {}
         exercises = []
         for name, ex_cases in cases.items():
@@ -263,8 +248,7 @@ def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[s
                        for i, case in enumerate(ex_cases)]
             exercises.append({"name": name, "cases": encoded})
         save_file(tensors, str(job_dir / "inputs.safetensors"))
-        for path in [job_dir, *job_dir.rglob("*")]:  # readable by the child, whatever its user
-            path.chmod(0o755 if path.is_dir() else 0o644)
+        jobfolder.readable(job_dir)
 
         # Each legitimate restart uses up a cell or an exercise; more means forged progress lines.
         max_children = len(cells) + len(cases) + 1

@@ -37,7 +37,7 @@ import pytest
 
 import tfcourse
 from grader.build import NOTEBOOKS, ROOT, SOLUTIONS
-from grader.isolation import sandbox
+from grader.isolation import linux, sandbox
 from tests.adversarial import (
     ATTACKS,
     BACKGROUND,
@@ -420,8 +420,8 @@ def test_bwrap_view_never_binds_the_course_checkout(tmp_path):
     root = ROOT.resolve()
     secret = [str(root / d) for d in ("solutions", "notebooks", "grader", "tfcourse")]
     for source in sources:  # (a virtual environment inside the checkout may be bound, nothing else of it)
-        assert not any(sandbox._under(p, source) or sandbox._under(source, p) for p in secret), source
-        if sandbox._under(str(root), source):  # a folder around the checkout: covered by a tmpfs
+        assert not any(linux.under(p, source) or linux.under(source, p) for p in secret), source
+        if linux.under(str(root), source):  # a folder around the checkout: covered by a tmpfs
             assert str(root) in [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"]
     assert [argv[i + 2] for i, a in enumerate(argv) if a == "--ro-bind" and argv[i + 1] == str(tmp_path)] == ["/job"]
     assert "--unshare-all" in argv and "--cap-drop" in argv and "--die-with-parent" in argv

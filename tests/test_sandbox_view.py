@@ -23,7 +23,7 @@ import pytest
 
 import tfcourse
 from grader.build import ROOT
-from grader.isolation import sandbox
+from grader.isolation import linux, sandbox
 
 DOCS = ROOT / "docs" / "grading.md"
 HEADING = "### What each mode hides (measured)"
@@ -83,7 +83,7 @@ def _host_folder() -> str | None:
     """A top-level folder of this machine with something in it, that no mode needs."""
     for d in ("/home", "/var", "/opt", "/srv", "/mnt", "/root"):
         try:
-            if os.listdir(d) and not any(sandbox._under(p, d) or sandbox._under(d, p) for p in sandbox._python_dirs()):
+            if os.listdir(d) and not any(linux.under(p, d) or linux.under(d, p) for p in sandbox._python_dirs()):
                 return d
         except OSError:
             continue

@@ -33,6 +33,11 @@ import signal
 import sys
 import warnings
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # linux.py lies next to this file
+import linux  # noqa: E402
+
+del sys.path[0]
+
 
 def _limit(job: dict) -> None:
     """rlimits for this process and its children. In a sandbox without capabilities (bwrap,
@@ -152,25 +157,7 @@ def _adopt_orphans() -> None:
 
 def _kill_descendants() -> None:
     """Kill every process below this one (Linux /proc); best effort."""
-    me = os.getpid()
-    seen: set[int] = set()
-    todo = [me]
-    while todo:
-        pid = todo.pop()
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                    for child in fh.read().split():
-                        if int(child) not in seen:
-                            seen.add(int(child))
-                            todo.append(int(child))
-            except (OSError, ValueError):
-                pass
-    for pid in seen:
+    for pid in linux.process_tree(os.getpid())[1:]:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:

@@ -7,7 +7,7 @@ In each the fork makes the cold child's sandbox (same namespaces, same file view
 set by the same child.py):
 
 * ``unshare``: the zygote runs outside any sandbox; each fork makes new user, mount, network,
-  PID, IPC and UTS namespaces and ``VIEW_SCRIPT``'s view.
+  PID, IPC and UTS namespaces and the cold child's view (``linux.unshare_view``).
 * ``bwrap``: the zygote itself runs in bubblewrap, in a view like a cold child's (system and
   Python read-only, the checkout and the reference solutions absent, no network, no
   capabilities) whose /job is its own folder (zygote.py and the course's public library without
@@ -237,7 +237,6 @@ def _view(box: sandbox.Sandbox, spec: sandbox.Launch, job_dir: Path, *, device: 
         job["bwrap"] = {"jobs": sandbox.JOBS_VIEW, "name": Path(job_dir).name, "job": sandbox.JOB_VIEW,
                         "scratch": sandbox.SCRATCH_VIEW, "scratch_bytes": scratch_bytes, "keep": keep}
     else:
-        job["view_script"] = sandbox.VIEW_SCRIPT
         job["spec"] = sandbox._unshare_spec(spec.job, spec.scratch, device=device, scratch_bytes=scratch_bytes)
     return job
 

@@ -13,13 +13,13 @@ environment variable ``TFCOURSE_SANDBOX`` can ask for one, see docs/grading.md):
   capabilities (so it cannot raise its own rlimits or remount anything), no new privileges.
 * ``unshare`` (util-linux, Linux with user namespaces): no network, own PID, IPC and UTS
   namespaces, rlimits the child cannot raise, and a file view made in its own mount namespace
-  (:data:`VIEW_SCRIPT`, before learner code runs): every top-level folder of ``/`` except the
-  system's (``/usr``, ``/bin``, ``/lib*``, ``/proc``) is covered by an empty tmpfs, and so are
-  the course checkout, the submissions' folders (:func:`protect`) and the folder of the job
-  folders; then only what the child needs is put back: the Python installation, its own job
-  folder (read-only, with a size-limited tmpfs as working directory), a few ``/etc`` files and
-  ``/dev`` nodes; everything is read-only and every capability dropped before learner code
-  starts. Still visible, unlike bwrap: the covered folders' names (empty), ``/proc/self/mountinfo``,
+  (by linux.py, the sandbox's first process, before learner code runs): every top-level folder
+  of ``/`` except the system's (``/usr``, ``/bin``, ``/lib*``, ``/proc``) is covered by an empty
+  tmpfs, and so are the course checkout, the submissions' folders (:func:`protect`) and the
+  folder of the job folders; then only what the child needs is put back: the Python
+  installation, its own job folder (read-only, with a size-limited tmpfs as working directory),
+  a few ``/etc`` files and ``/dev`` nodes; everything is read-only and every capability dropped
+  before learner code starts. Still visible, unlike bwrap: the covered folders' names (empty), ``/proc/self/mountinfo``,
   the machine's host name, and the job folder under its real path rather than ``/job``.
 * ``none`` (e.g. macOS): a new session (process group) and rlimits only.
 
@@ -43,6 +43,8 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from . import linux
 
 ENV_VAR = "TFCOURSE_SANDBOX"
 MODES = ("bwrap", "unshare", "none")
@@ -113,10 +115,6 @@ class Launch:
     scratch: str
 
 
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def _real(path: str) -> str:
     return os.path.realpath(path)
 
@@ -131,7 +129,7 @@ def _python_dirs() -> list[str]:
     dirs |= {_real(d) for d in dirs}
     secret = hidden_paths()
     return sorted(d for d in dirs if os.path.isdir(d) and d != "/"
-                  and not any(_under(d, h) or _under(h, d) for h in secret if not _prefix(d)))
+                  and not any(linux.under(d, h) or linux.under(h, d) for h in secret if not _prefix(d)))
 
 
 def _prefix(path: str) -> bool:
@@ -200,7 +198,7 @@ def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: 
 
     def ro(path: str) -> None:
         nonlocal argv
-        if any(_under(path, v) for v in visible):
+        if any(linux.under(path, v) for v in visible):
             return
         argv += ["--ro-bind", path, path]
         visible.append(path)
@@ -214,7 +212,7 @@ def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: 
     for f in ETC_FILES:
         argv += ["--ro-bind-try", f, f]
     for d in sorted(_python_dirs(), key=len):  # a folder before the folders inside it
-        if not _under(SCRATCH_VIEW, d):  # never /tmp itself (or /): it holds other jobs' files
+        if not linux.under(SCRATCH_VIEW, d):  # never /tmp itself (or /): it holds other jobs' files
             ro(d)
     # read-only: learner code must not write /proc/1/mem of bubblewrap's init (nor anything else)
     argv += ["--proc", "/proc", "--remount-ro", "/proc"] if jobs is None else ["--bind", "/proc", "/proc"]
@@ -229,7 +227,7 @@ def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: 
     # course checkout and packages, and the folders around the submissions and reports (protect).
     covered: list[str] = []
     for secret in sorted({*hidden_paths(), *protected()}, key=len):
-        if any(_under(secret, v) for v in visible) and not any(_under(secret, c) for c in covered):
+        if any(linux.under(secret, v) for v in visible) and not any(linux.under(secret, c) for c in covered):
             argv += ["--size", "4096", "--tmpfs", secret, "--remount-ro", secret]
             covered.append(secret)
     if jobs is not None:
@@ -250,8 +248,8 @@ def bwrap_covered(device: str = "cpu") -> list[str]:
 def bwrap_tmp_binds() -> list[str]:
     """The folders the bwrap view binds inside its /tmp (a Python installation under /tmp, as
     CI's checkout makes): a fast path fork mounts a fresh /tmp and binds them again."""
-    dirs = [d for d in sorted(_python_dirs(), key=len) if _under(d, SCRATCH_VIEW) and d != SCRATCH_VIEW]
-    return [d for i, d in enumerate(dirs) if not any(_under(d, e) for e in dirs[:i])]
+    dirs = [d for d in sorted(_python_dirs(), key=len) if linux.under(d, SCRATCH_VIEW) and d != SCRATCH_VIEW]
+    return [d for i, d in enumerate(dirs) if not any(linux.under(d, e) for e in dirs[:i])]
 
 
 UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child",
@@ -261,85 +259,6 @@ UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--ipc", "-
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc")
 # Device nodes put back into the child's /dev (the set bubblewrap's --dev gives).
 DEV_NODES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
-
-# Run as ``python -I -S -c VIEW_SCRIPT SPEC PROGRAM ARGS...`` as the first process of the unshare
-# sandbox (root of a new user namespace, in a new mount namespace, before any learner code).
-# SPEC (JSON): "cover" folders get an empty tmpfs, "keep" paths under a cover are bound back
-# from the original (opened before anything is covered), "mask" files get /dev/null bound over
-# them; paths are handled shortest first, so what is nested inside something bound back is
-# covered again. Then everything is made read-only (recursively), size-limited tmpfs are mounted
-# at "scratch" and /dev/shm, every capability is dropped (bounding set, ambient, no new
-# privileges) and PROGRAM is executed in "scratch". Any failure stops the sandbox (exit 125):
-# the grader never runs learner code in a half-made view.
-VIEW_SCRIPT = r"""
-import ctypes, json, os, sys
-spec = json.loads(sys.argv[1]); program = sys.argv[2:]
-libc = ctypes.CDLL(None, use_errno=True)
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 1, 2, 4, 4096, 16384
-def fail(what):
-    sys.stderr.write("tfcourse unshare view: " + what + "\n"); sys.stderr.flush(); os._exit(125)
-def mount(src, dst, fs, flags, data=None):
-    args = [None if a is None else a.encode() for a in (src, dst, fs, data)]
-    if libc.mount(args[0], args[1], args[2], ctypes.c_ulong(flags), args[3]) != 0:
-        e = ctypes.get_errno(); fail("mount %s on %s: %s" % (fs or src, dst, os.strerror(e)))
-def under(p, root):
-    return p == root or p.startswith(root.rstrip("/") + "/")
-def tmpfs(path, size):
-    os.makedirs(path, exist_ok=True)
-    mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=755" % size)
-try:
-    fds = {}
-    for path in spec["keep"] + ["/dev/null"]:
-        try:
-            fds[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        except OSError:
-            pass
-    events = sorted([(p, "cover") for p in spec["cover"]] + [(p, "keep") for p in spec["keep"] if p in fds],
-                    key=lambda e: (len(e[0]), e[1] == "keep"))
-    done = []
-    for path, what in events:
-        near = max((d for d in done if under(path, d[0])), key=lambda d: len(d[0]), default=None)
-        hidden = near is not None and near[1] == "cover"
-        if what == "cover":
-            if hidden or not os.path.isdir(path) or os.path.islink(path):
-                continue
-            tmpfs(path, 2**20)
-        else:
-            if not hidden:
-                continue
-            if os.path.isdir("/proc/self/fd/%d" % fds[path]):
-                os.makedirs(path, exist_ok=True)
-            else:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                open(path, "a").close()
-            mount("/proc/self/fd/%d" % fds[path], path, None, MS_BIND | MS_REC)
-        done.append((path, what))
-    for path in spec["mask"]:
-        if os.path.isfile(path) and not os.path.islink(path):
-            mount("/proc/self/fd/%d" % fds["/dev/null"], path, None, MS_BIND)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                         ("stderr", "/proc/self/fd/2")):
-        if not os.path.lexists("/dev/" + name):
-            os.symlink(target, "/dev/" + name)
-    os.makedirs("/dev/shm", exist_ok=True)
-    # everything read-only, recursively (mount_setattr, Linux >= 5.12; the same number everywhere)
-    attr = (ctypes.c_uint64 * 4)(MS_RDONLY | MS_NOSUID, 0, 0, 0)  # MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID
-    if libc.syscall(442, -100, b"/", 0x8000, ctypes.byref(attr), ctypes.c_size_t(32)) != 0:
-        fail("cannot make the view read-only (mount_setattr): " + os.strerror(ctypes.get_errno()))
-    tmpfs(spec["scratch"], spec["scratch_bytes"])
-    tmpfs("/dev/shm", spec["scratch_bytes"])
-    last = int(open("/proc/sys/kernel/cap_last_cap").read())
-    for cap in range(last + 1):
-        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
-            fail("cannot drop capability %d" % cap)
-    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
-    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
-        fail("cannot set no_new_privs")
-    os.chdir(spec["scratch"])
-except OSError as exc:
-    fail(str(exc))
-os.execv(program[0], program)
-"""
 
 _protected: set[str] = set()
 _protect_lock = threading.Lock()
@@ -364,7 +283,7 @@ def protect(paths) -> None:
     Thread-safe (a Dask worker's tasks call it from several threads)."""
     for path in paths:
         real = _real(str(path))
-        if real != "/" and not any(_under(real, s) or _under(s, real) for s in SYSTEM_DIRS):
+        if real != "/" and not any(linux.under(real, s) or linux.under(s, real) for s in SYSTEM_DIRS):
             with _protect_lock:
                 _protected.add(real)
 
@@ -376,7 +295,7 @@ def protected() -> list[str]:
 
 
 def _unshare_spec(job_dir: str, scratch: str, *, device: str, scratch_bytes: int) -> dict:
-    """What VIEW_SCRIPT covers and keeps for one child (see the module docstring)."""
+    """What the unshare view (linux.py) covers and keeps for one child (see the module docstring)."""
     cover, mask = [], []
     for entry in sorted(os.listdir("/")):
         path = "/" + entry
@@ -389,7 +308,7 @@ def _unshare_spec(job_dir: str, scratch: str, *, device: str, scratch_bytes: int
         elif os.path.isfile(path):
             mask.append(path)
     cover += hidden_paths() + protected() + [str(Path(job_dir).parent)]
-    cover = [c for c in dict.fromkeys(cover) if c != "/" and not any(_under(s, c) for s in SYSTEM_DIRS)]
+    cover = [c for c in dict.fromkeys(cover) if c != "/" and not any(linux.under(s, c) for s in SYSTEM_DIRS)]
     keep = [*_python_dirs(), job_dir, *(f for f in ETC_FILES if os.path.exists(f)), *DEV_NODES]
     for var in ("LD_LIBRARY_PATH", "CUDA_HOME"):
         keep += [d for d in os.environ.get(var, "").split(":") if os.path.isabs(d) and os.path.isdir(d)]
@@ -417,7 +336,7 @@ def launch(sandbox: Sandbox, job_dir: Path, child_args: list[str], *, device: st
         argv = _bwrap_argv(job_dir, inner, device=device, scratch_bytes=scratch_bytes)
     elif sandbox.mode == "unshare":
         spec = _unshare_spec(job, scratch, device=device, scratch_bytes=scratch_bytes)
-        argv = [*UNSHARE, sys.executable, "-I", "-S", "-c", VIEW_SCRIPT, json.dumps(spec), *inner]
+        argv = [*UNSHARE, sys.executable, "-I", "-S", linux.__file__, json.dumps(spec), *inner]
     else:
         argv = inner
     return Launch(argv, child_env(scratch), str(job_dir), job, scratch)
@@ -522,23 +441,7 @@ class Watch:
 
     def pids(self) -> list[int]:
         """The child and all its descendants (those still attached to its tree)."""
-        if not self.enabled:
-            return []
-        found, todo = [], [self.pid]
-        while todo:
-            pid = todo.pop()
-            found.append(pid)
-            try:
-                tids = os.listdir(f"/proc/{pid}/task")
-            except OSError:
-                continue
-            for tid in tids:
-                try:
-                    with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                        todo += [int(c) for c in fh.read().split()]
-                except (OSError, ValueError):
-                    pass
-        return found
+        return linux.process_tree(self.pid) if self.enabled else []
 
     def sample(self) -> tuple[int, int]:
         """(number of tasks, resident memory in bytes) of the whole tree. Memory is the sum of

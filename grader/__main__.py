@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     from . import report as rep
     from .batch import grade_batch
     from .course import CourseError, load_course
-    from .isolation import sandbox
+    from .isolation import sandbox, views
 
     if args.sandbox:
         os.environ[sandbox.ENV_VAR] = args.sandbox
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     around = [Path(s).resolve() for s in submissions]
     around += [p.resolve().parent for p in (args.json, args.csv) if p is not None]
     around += [args.feedback.resolve()] if args.feedback is not None else []
-    sandbox.protect([*around, *(p.parent for p in around)])
+    views.protect([*around, *(p.parent for p in around)])
     notebooks = None
     if args.notebooks:
         notebooks = [n.strip().removesuffix(".ipynb") for n in args.notebooks.split(",") if n.strip()]

@@ -77,7 +77,7 @@ def _hide_worker_files() -> None:
     """A Dask worker puts its local directory (uploaded files, spilled results of other tasks:
     other learners' notebooks) on sys.path; the sandbox keeps what is on sys.path visible. Take
     it off and cover it."""
-    from .isolation import sandbox
+    from .isolation import views
 
     try:
         from distributed import get_worker
@@ -93,13 +93,13 @@ def _hide_worker_files() -> None:
         return real == cwd or real == scratch or real.startswith(scratch.rstrip("/") + "/")
 
     sys.path[:] = [p for p in sys.path if not worker_own(p)]
-    sandbox.protect([scratch])
+    views.protect([scratch])
 
 
 def grade_packed(submission: str, packed: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
     """Run on a worker: unpack, grade with the sandbox mode asked for, name the row as given."""
     from .grading import grade_submission
-    from .isolation import sandbox
+    from .isolation import sandbox, views
 
     if os.environ.get(TEST_CRASH_ENV) and os.environ[TEST_CRASH_ENV] == packed["name"]:
         os._exit(13)
@@ -107,7 +107,7 @@ def grade_packed(submission: str, packed: dict[str, Any], options: dict[str, Any
     _hide_worker_files()
     tmp = Path(tempfile.mkdtemp(prefix="tfcourse-submission-"))
     try:
-        sandbox.protect([tmp])
+        views.protect([tmp])
         where = tmp / packed["name"]
         if packed["kind"] == "dir":
             where.mkdir()

@@ -37,7 +37,7 @@ import pytest
 
 import tfcourse
 from grader.build import NOTEBOOKS, ROOT, SOLUTIONS
-from grader.isolation import linux, sandbox
+from grader.isolation import linux, sandbox, views
 from tests.adversarial import (
     ATTACKS,
     BACKGROUND,
@@ -414,7 +414,7 @@ def test_fallback_without_bubblewrap(expected, fallback):
 # the plumbing, in-process (fast)
 # ---------------------------------------------------------------------------------------------
 def test_bwrap_view_never_binds_the_course_checkout(tmp_path):
-    spec = sandbox.launch(sandbox.Sandbox("bwrap"), tmp_path, ["3"], device="cpu", scratch_mb=8)
+    spec = views.launch("bwrap", tmp_path, ["3"], device="cpu", scratch_mb=8)
     argv = spec.argv
     sources = [argv[i + 1] for i, a in enumerate(argv) if a in ("--bind", "--ro-bind", "--dev-bind")]
     root = ROOT.resolve()
@@ -436,14 +436,14 @@ def test_bwrap_covers_the_checkout_when_it_lies_inside_a_visible_folder(tmp_path
     (checkout / "solutions").mkdir(parents=True)
     (checkout / "solutions" / "01_attention.ipynb").write_text("{}")
     job.mkdir()
-    python_dirs, hidden = sandbox._python_dirs, sandbox.hidden_paths
-    monkeypatch.setattr(sandbox, "_python_dirs", lambda: [*python_dirs(), str(visible)])
-    monkeypatch.setattr(sandbox, "hidden_paths", lambda: [*hidden(), str(checkout)])
-    argv = sandbox.launch(sandbox.Sandbox("bwrap"), job, [], device="cpu", scratch_mb=8).argv
+    python_dirs, hidden = views._python_dirs, views.hidden_paths
+    monkeypatch.setattr(views, "_python_dirs", lambda: [*python_dirs(), str(visible)])
+    monkeypatch.setattr(views, "hidden_paths", lambda: [*hidden(), str(checkout)])
+    argv = views.launch("bwrap", job, [], device="cpu", scratch_mb=8).argv
     covered = [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"]
     assert str(checkout) in covered
     (job / "child.py").write_text(f"import os\nprint(os.listdir({str(checkout)!r}))\n")
-    spec = sandbox.launch(sandbox.Sandbox("bwrap"), job, [], device="cpu", scratch_mb=8)
+    spec = views.launch("bwrap", job, [], device="cpu", scratch_mb=8)
     if mode != "bwrap":
         pytest.skip("bwrap does not work here")
     proc = subprocess.run(spec.argv, env=spec.env, capture_output=True, text=True, timeout=120)

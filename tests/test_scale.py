@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from grader.build import NOTEBOOKS, ROOT, SOLUTIONS
-from grader.isolation import fastpath, sandbox
+from grader.isolation import fastpath, sandbox, views
 from grader.isolation.runner import Limits
 from tests.adversarial import ATTACKS, EXERCISES, NOTEBOOK
 from tests.test_adversarial import _skip_reason, assert_verdict, build_submission
@@ -391,12 +391,12 @@ def test_fork_makes_the_cold_childs_sandbox(fast_mode, tmp_path, monkeypatch):
 
     monkeypatch.setattr(fastpath, "launch", launch)
     nb = load_course()[NOTEBOOK]
-    jobs = sandbox.jobs_folder()
+    jobs = views.jobs_folder()
     # the job folder's path as the child sees it: /job in bwrap, its real path in unshare
     for _ in range(2):
-        job = sandbox.JOB_VIEW if fast_mode == "bwrap" else None
+        job = views.JOB_VIEW if fast_mode == "bwrap" else None
         source = FORK_PROBE.format(checkout=str(ROOT / "solutions"), job=job or "@JOB@", tag="tfcourse-fork-probe",
-                                   jobs_dirs=[jobs, sandbox.JOBS_VIEW], loopback=fast_mode == "bwrap")
+                                   jobs_dirs=[jobs, views.JOBS_VIEW], loopback=fast_mode == "bwrap")
         if job is None:  # unshare: the probe finds its job folder from its working directory
             source = source.replace("'@JOB@'", "os.path.dirname(os.getcwd())")
         run = runner.run_notebook(NOTEBOOK, nb.setup, {"softmax": source},
@@ -412,13 +412,13 @@ def test_fork_makes_the_cold_childs_sandbox(fast_mode, tmp_path, monkeypatch):
 def test_a_zygote_view_depends_only_on_folders_it_would_show(tmp_path, monkeypatch):
     """A Dask worker protects a new folder per task (outside the view): the bwrap zygote is kept.
     A protected folder inside a folder the view shows must be covered: a new zygote."""
-    monkeypatch.setattr(sandbox, "_protected", set())
+    monkeypatch.setattr(views, "_protected", set())
     box = sandbox.Sandbox("bwrap")
     before = fastpath._key(box, "cpu")
-    sandbox.protect([tmp_path / "tfcourse-submission-1"])
+    views.protect([tmp_path / "tfcourse-submission-1"])
     assert fastpath._key(box, "cpu") == before
     inside = Path(sys.prefix) / "tfcourse-test-not-created"
-    sandbox.protect([inside])
+    views.protect([inside])
     assert fastpath._key(box, "cpu") != before and str(inside) in fastpath._key(box, "cpu")[2]
     assert fastpath._key(box, "cuda") != fastpath._key(box, "cpu")
 

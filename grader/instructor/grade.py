@@ -398,7 +398,7 @@ def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed:
     from nbgrader.api import Gradebook
 
     from ..batch import grade_batch
-    from ..isolation import sandbox
+    from ..isolation import sandbox, views
 
     nbgrader_on_path()
     coursedir = open_course(course)
@@ -429,7 +429,7 @@ def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed:
         isolation = sandbox.choose(strict=True)
     except (sandbox.SandboxError, RuntimeError) as exc:
         raise InstructorError(str(exc)) from None
-    sandbox.protect([course.resolve()])
+    views.protect([course.resolve()])
     code: dict[str, str] = {}
 
     def settings(name: str) -> str:

@@ -1,8 +1,9 @@
 """The grader's child process: runs one submission notebook's solution cells and cases.
 
 Started by ``runner`` as ``python -I JOB/child.py JOB CHANNEL_FD`` inside the sandbox
-(``sandbox``), with the course's public library (``JOB/lib``) as the only course code on
-its path. It never decides a verdict: it sends what the learner's code returned, as plain tensors
+(``views.launch``), with the course's public library (``JOB/lib``) as the only course code on
+its path, and ``JOB/linux.py`` (the process tree, for killing what the learner started). It
+never decides a verdict: it sends what the learner's code returned, as plain tensors
 (safetensors) and JSON, and the grading process judges. Nothing it sends can execute code when
 the grading process reads it.
 

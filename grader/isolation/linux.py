@@ -2,14 +2,15 @@
 capability sets, the loopback, the unshare sandbox's file view, and the process tree from /proc.
 
 Standard library only, and no import of the rest of ``grader``: besides being imported by the
-grading process (``grader.isolation.linux``, for the process tree), this file runs where the
-package cannot be imported. jobfolder.py copies it next to child.py in every job folder and next
-to zygote.py in a bwrap zygote's folder, and both import it from there (as ``linux``); the
-unshare sandbox runs it as its first process, before any learner code::
+grading process (``grader.isolation.linux``, for the process tree), it runs where the package
+cannot be imported. child.py and zygote.py import it (as ``linux``) from their own folder:
+jobfolder.py copies it into every job folder and into a bwrap zygote's folder (an unshare zygote
+runs from grader/isolation/ itself). And the unshare sandbox's first process is this file
+(``views.launch``), which makes the child's view before any learner code runs::
 
     python -I -S linux.py SPEC PROGRAM ARGS...
 
-SPEC (JSON, made by ``views.unshare_spec``): "cover" folders get an empty tmpfs, "keep" paths
+SPEC (JSON, made by ``views._unshare_spec``): "cover" folders get an empty tmpfs, "keep" paths
 under a cover are bound back from the original (opened before anything is covered), "mask"
 files get /dev/null bound over them; paths are handled shortest first, so what is nested inside
 something bound back is covered again. Then everything is made read-only (recursively),
@@ -55,7 +56,8 @@ def under(path: str, root: str) -> bool:
 
 def mount(src: str | None, dst: str, fs: str | None, flags: int, data: str | None = None) -> None:
     args = [None if a is None else a.encode() for a in (src, dst, fs, data)]
-    check(libc.mount(args[0], args[1], args[2], ctypes.c_ulong(flags), args[3]) == 0, f"mount {fs or src} on {dst}")
+    check(libc.mount(args[0], args[1], args[2], ctypes.c_ulong(flags), args[3]) == 0,
+          f"mount {fs or src} on {dst}")
 
 
 def bind(fd: int, path: str) -> None:

@@ -33,7 +33,7 @@ from tfcourse.checks.case import Case
 from tfcourse.checks.outcome import Outcome
 from tfcourse.checks.wire import call_to_json, outcome_from_json, safe_text
 
-from . import fastpath, jobfolder, sandbox
+from . import fastpath, jobfolder, sandbox, views, watch
 
 MAX_RESULT_BYTES = 256 * 2**20  # all results of one child together
 MAX_PROGRESS_LINES = 10_000
@@ -238,7 +238,7 @@ def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[s
     dropped = 0
     restarts = 0
     cap = limits.output_kb * 1024
-    with tempfile.TemporaryDirectory(prefix="tfcourse-grade-", dir=sandbox.jobs_folder()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="tfcourse-grade-", dir=views.jobs_folder()) as tmp:
         job_dir = Path(tmp)
         jobfolder.fill_job(job_dir, notebook)
         tensors: dict[str, torch.Tensor] = {}
@@ -323,7 +323,7 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
     read_end, write_end = os.pipe()
     proc = None
     if fastpath.enabled(box):  # a fork of a warm zygote, in the same sandbox (fastpath.py)
-        spec = sandbox.launch(box, job_dir, ["3"], device=device, scratch_mb=limits.file_mb)
+        spec = views.launch(box.mode, job_dir, ["3"], device=device, scratch_mb=limits.file_mb)
         out_read, out_write = os.pipe()
         try:
             proc = fastpath.launch(box, job_dir, spec, write_end, out_write, device=device,
@@ -334,7 +334,7 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
         finally:
             os.close(out_write)
     if proc is None:
-        spec = sandbox.launch(box, job_dir, [str(write_end)], device=device, scratch_mb=limits.file_mb)
+        spec = views.launch(box.mode, job_dir, [str(write_end)], device=device, scratch_mb=limits.file_mb)
         try:
             proc = subprocess.Popen(spec.argv, cwd=spec.cwd, env=spec.env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
@@ -347,7 +347,7 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
     channel.start()
     drain = _Drain(proc.stdout, max(0, cap))
     drain.start()
-    watch = sandbox.Watch(proc.pid)
+    watcher = watch.Watch(proc.pid)
     seen = 0
     current: tuple[str, str] | None = None
     deadline = time.monotonic() + limits.startup
@@ -376,17 +376,17 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
             break
         if now > next_watch:
             next_watch = now + WATCH_EVERY
-            tasks, rss = watch.sample()
+            tasks, rss = watcher.sample()
             if tasks > limits.tasks:
                 stop = (f"process limit exceeded: it ran more than {limits.tasks} processes/threads "
                         f"at once (fork loop?)", "tasks")
                 break
-            if memory and rss > memory and watch.pss() > memory:
+            if memory and rss > memory and watcher.pss() > memory:
                 stop = (f"memory limit exceeded: its processes used more than {limits.memory_mb} MiB "
                         f"together (--memory {limits.memory_mb} MiB)", "memory")
                 break
         time.sleep(POLL)
-    sandbox.kill_tree(proc, watch)
+    watch.kill_tree(proc, watcher)
     if isinstance(proc, fastpath.ForkedChild):
         fastpath.release(proc)
     drain.join(timeout=2 if box.pid_namespace else 5)

@@ -5,9 +5,10 @@ child's: bwrap's view or unshare's).
 Started by ``fastpath`` as ``python -I zygote.py CONTROL_FD JOBS_FOLDER [LIBRARY]`` (a
 fresh interpreter, never a fork of the grading process: it holds no reference solution, no hidden
 case, no other learner's work; under bwrap it runs in bubblewrap and imports the course's public
-library from LIBRARY). It never runs learner code itself. Per job it receives, on the control
-socket, one JSON line (the job folder, the view to make, the child's environment) and two file
-descriptors (the results channel and the output pipe), and forks:
+library from LIBRARY; the Linux calls come from linux.py, next to this file). It never runs
+learner code itself. Per job it receives, on the control socket, one JSON line (the job folder,
+the view to make, the child's environment) and two file descriptors (the results channel and the
+output pipe), and forks:
 
 * A (the fork): a death signal tied to the zygote, its own session (the grading process kills
   its process group), every other file descriptor closed, then new user, mount, network, PID,

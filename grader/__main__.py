@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from .cases import DEFAULT_SEED
-from .runner import Limits
+from .isolation.runner import Limits
 
 DESCRIPTION = """\
 Grade Transformer-course notebooks against the reference solutions.
@@ -71,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     from tfcourse.device import get_device
 
     from . import report as rep
-    from . import sandbox
     from .batch import grade_batch
     from .course import CourseError, load_course
+    from .isolation import sandbox, views
 
     if args.sandbox:
         os.environ[sandbox.ENV_VAR] = args.sandbox
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     around = [Path(s).resolve() for s in submissions]
     around += [p.resolve().parent for p in (args.json, args.csv) if p is not None]
     around += [args.feedback.resolve()] if args.feedback is not None else []
-    sandbox.protect([*around, *(p.parent for p in around)])
+    views.protect([*around, *(p.parent for p in around)])
     notebooks = None
     if args.notebooks:
         notebooks = [n.strip().removesuffix(".ipynb") for n in args.notebooks.split(",") if n.strip()]

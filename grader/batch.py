@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .cases import DEFAULT_SEED
-from .runner import Limits
+from .isolation.runner import Limits
 
 MAX_PACKED_BYTES = 256 * 2**20  # notebooks of one submission sent to a worker
 TEST_CRASH_ENV = "TFCOURSE_TEST_CRASH_WORKER"  # tests only: a worker dies on this submission name
@@ -77,7 +77,7 @@ def _hide_worker_files() -> None:
     """A Dask worker puts its local directory (uploaded files, spilled results of other tasks:
     other learners' notebooks) on sys.path; the sandbox keeps what is on sys.path visible. Take
     it off and cover it."""
-    from . import sandbox
+    from .isolation import views
 
     try:
         from distributed import get_worker
@@ -93,13 +93,13 @@ def _hide_worker_files() -> None:
         return real == cwd or real == scratch or real.startswith(scratch.rstrip("/") + "/")
 
     sys.path[:] = [p for p in sys.path if not worker_own(p)]
-    sandbox.protect([scratch])
+    views.protect([scratch])
 
 
 def grade_packed(submission: str, packed: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
     """Run on a worker: unpack, grade with the sandbox mode asked for, name the row as given."""
-    from . import sandbox
     from .grading import grade_submission
+    from .isolation import sandbox, views
 
     if os.environ.get(TEST_CRASH_ENV) and os.environ[TEST_CRASH_ENV] == packed["name"]:
         os._exit(13)
@@ -107,7 +107,7 @@ def grade_packed(submission: str, packed: dict[str, Any], options: dict[str, Any
     _hide_worker_files()
     tmp = Path(tempfile.mkdtemp(prefix="tfcourse-submission-"))
     try:
-        sandbox.protect([tmp])
+        views.protect([tmp])
         where = tmp / packed["name"]
         if packed["kind"] == "dir":
             where.mkdir()
@@ -148,7 +148,7 @@ def grade_batch(submissions: list[str], *, notebooks: list[str] | None = None, d
         def grade(s: str) -> dict:
             return grade_submission(s, notebooks=notebooks, device=device, limits=limits, seed=seed)
 
-        from . import fastpath, sandbox
+        from .isolation import fastpath, sandbox
 
         # the zygotes import torch while this process draws the cases and runs the reference
         fastpath.prestart(min(jobs, len(submissions)), sandbox.choose(), device)
@@ -170,7 +170,7 @@ def grade_batch(submissions: list[str], *, notebooks: list[str] | None = None, d
 def _grade_here_each(submissions: list[str], grade: Callable[[str], dict], notebooks: list[str] | None,
                      jobs: int, quiet: bool, on_row: Callable[[int, dict[str, Any]], None]) -> list[dict[str, Any]]:
     """grade_batch on this machine with ``on_row``: rows handed over as they finish."""
-    from . import sandbox
+    from .isolation import sandbox
 
     def guarded(s: str) -> dict:
         try:
@@ -203,7 +203,7 @@ def _grade_on_cluster(submissions: list[str], scheduler: Any, *, notebooks, devi
                       quiet: bool, retries: int, on_row=None) -> list[dict[str, Any]]:
     from distributed import Client, as_completed
 
-    from . import sandbox
+    from .isolation import sandbox
 
     options = {"notebooks": notebooks, "device": device, "seed": seed, "sandbox": sandbox.choose().mode,
                "limits": {"timeout": limits.timeout, "startup": limits.startup, "memory_mb": limits.memory_mb,

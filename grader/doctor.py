@@ -13,7 +13,7 @@ import platform
 import sys
 from importlib import metadata
 
-from . import sandbox
+from .isolation import sandbox
 
 
 def _version(package: str) -> str:
@@ -150,7 +150,7 @@ def report(device: str = "cpu") -> tuple[list[str], bool]:
     if asked in ("auto", *sandbox.MODES):
         lines.append(f"  {'':<9} {sandbox.DESCRIPTIONS[asked if asked in sandbox.MODES else first]}")
     if asked in ("auto", *sandbox.MODES) and (asked == "auto" or works[asked] is None):
-        from . import fastpath
+        from .isolation import fastpath
 
         mode = asked if asked in sandbox.MODES else first
         fast = fastpath.status(sandbox.Sandbox(mode, requested=asked))

@@ -30,11 +30,11 @@ from tfcourse.notebook import (
     test_cell_id,
 )
 
-from . import sandbox
 from .cases import DEFAULT_SEED, reference_outcomes
 from .course import CourseError, Exercise, Notebook, load_course
+from .isolation import sandbox
+from .isolation.runner import ExerciseRun, Limits, run_notebook
 from .names import module_name
-from .runner import ExerciseRun, Limits, run_notebook
 
 MAX_CANDIDATES = 50  # notebooks of a folder looked at when a course notebook is not found by name
 STATUSES = ("passed", "failed", "error", "timeout", "not_attempted", "missing")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from grader.grading import grade_submission
-from grader.runner import Limits
+from grader.isolation.runner import Limits
 from tfcourse.device import get_device
 
 

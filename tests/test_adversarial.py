@@ -36,8 +36,8 @@ import nbformat
 import pytest
 
 import tfcourse
-from grader import sandbox
 from grader.build import NOTEBOOKS, ROOT, SOLUTIONS
+from grader.isolation import linux, sandbox, views
 from tests.adversarial import (
     ATTACKS,
     BACKGROUND,
@@ -414,14 +414,14 @@ def test_fallback_without_bubblewrap(expected, fallback):
 # the plumbing, in-process (fast)
 # ---------------------------------------------------------------------------------------------
 def test_bwrap_view_never_binds_the_course_checkout(tmp_path):
-    spec = sandbox.launch(sandbox.Sandbox("bwrap"), tmp_path, ["3"], device="cpu", scratch_mb=8)
+    spec = views.launch("bwrap", tmp_path, ["3"], device="cpu", scratch_mb=8)
     argv = spec.argv
     sources = [argv[i + 1] for i, a in enumerate(argv) if a in ("--bind", "--ro-bind", "--dev-bind")]
     root = ROOT.resolve()
     secret = [str(root / d) for d in ("solutions", "notebooks", "grader", "tfcourse")]
     for source in sources:  # (a virtual environment inside the checkout may be bound, nothing else of it)
-        assert not any(sandbox._under(p, source) or sandbox._under(source, p) for p in secret), source
-        if sandbox._under(str(root), source):  # a folder around the checkout: covered by a tmpfs
+        assert not any(linux.under(p, source) or linux.under(source, p) for p in secret), source
+        if linux.under(str(root), source):  # a folder around the checkout: covered by a tmpfs
             assert str(root) in [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"]
     assert [argv[i + 2] for i, a in enumerate(argv) if a == "--ro-bind" and argv[i + 1] == str(tmp_path)] == ["/job"]
     assert "--unshare-all" in argv and "--cap-drop" in argv and "--die-with-parent" in argv
@@ -436,14 +436,14 @@ def test_bwrap_covers_the_checkout_when_it_lies_inside_a_visible_folder(tmp_path
     (checkout / "solutions").mkdir(parents=True)
     (checkout / "solutions" / "01_attention.ipynb").write_text("{}")
     job.mkdir()
-    python_dirs, hidden = sandbox._python_dirs, sandbox.hidden_paths
-    monkeypatch.setattr(sandbox, "_python_dirs", lambda: [*python_dirs(), str(visible)])
-    monkeypatch.setattr(sandbox, "hidden_paths", lambda: [*hidden(), str(checkout)])
-    argv = sandbox.launch(sandbox.Sandbox("bwrap"), job, [], device="cpu", scratch_mb=8).argv
+    python_dirs, hidden = views._python_dirs, views.hidden_paths
+    monkeypatch.setattr(views, "_python_dirs", lambda: [*python_dirs(), str(visible)])
+    monkeypatch.setattr(views, "hidden_paths", lambda: [*hidden(), str(checkout)])
+    argv = views.launch("bwrap", job, [], device="cpu", scratch_mb=8).argv
     covered = [argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"]
     assert str(checkout) in covered
     (job / "child.py").write_text(f"import os\nprint(os.listdir({str(checkout)!r}))\n")
-    spec = sandbox.launch(sandbox.Sandbox("bwrap"), job, [], device="cpu", scratch_mb=8)
+    spec = views.launch("bwrap", job, [], device="cpu", scratch_mb=8)
     if mode != "bwrap":
         pytest.skip("bwrap does not work here")
     proc = subprocess.run(spec.argv, env=spec.env, capture_output=True, text=True, timeout=120)
@@ -491,7 +491,7 @@ def _result(name: str, record: dict) -> bytes:
     ([b"P:exercise a", b"R:a", b"P:exercise b", b"junk"], ["a"], True),
 ])
 def test_results_channel_keeps_only_announced_finished_results(frames, kept, broken):
-    from grader.runner import _Channel
+    from grader.isolation.runner import _Channel
 
     data = b""
     for f in frames:
@@ -526,13 +526,13 @@ frame("ready")
 def _run_fake_child(body: str, monkeypatch, tmp_path, **limits):
     """run_notebook with ``body`` as the child: a stand-in for learner code that has taken over
     the child's results pipe."""
-    from grader import runner
+    from grader.isolation import jobfolder, runner
     from tfcourse.checks.call import Call
     from tfcourse.checks.case import Case
 
     fake = tmp_path / "child.py"
     fake.write_text(FAKE_CHILD.format(body=body))
-    monkeypatch.setattr(runner, "CHILD", fake)
+    monkeypatch.setattr(jobfolder, "CHILD", fake)
     case = Case("softmax", "a case", [Call("softmax", (1,))], lambda j: None)
     return runner.run_notebook(NOTEBOOK, "", {"softmax": "pass"}, {"softmax": [case]}, device="cpu",
                                limits=runner.Limits(**limits), seed=0)

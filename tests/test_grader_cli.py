@@ -25,7 +25,7 @@ def both(tmp_path_factory) -> dict:
     """Grade the solutions and the untouched learner notebooks in one batch run."""
     out = tmp_path_factory.mktemp("report")
     # a batch needs bubblewrap unless a weaker sandbox is named (issue 15): name it where bwrap is missing
-    from grader import sandbox
+    from grader.isolation import sandbox
 
     named = [] if sandbox._works("bwrap") is None else ["--sandbox", sandbox.choose().mode]
     proc = run_grader("solutions", "notebooks", *named, "--jobs", "2", "--json", str(out / "r.json"),

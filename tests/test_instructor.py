@@ -61,7 +61,7 @@ except Exception:
 
 def _named() -> list[str]:
     """A batch needs bubblewrap unless a weaker sandbox is named: name it where bwrap is missing."""
-    from grader import sandbox
+    from grader.isolation import sandbox
 
     return [] if sandbox._works("bwrap") is None else ["--sandbox", sandbox.choose().mode]
 
@@ -340,7 +340,7 @@ def test_bad_timestamp_and_a_failing_write_stay_with_their_submission(term, tmp_
 def test_skip_key_covers_limits_device_sandbox_and_grading_code(tmp_path, monkeypatch) -> None:
     import grader.build
     from grader.instructor.grade import grading_code_digest, settings_text
-    from grader.runner import Limits
+    from grader.isolation.runner import Limits
 
     def key(**kw) -> str:
         args = {"limits": Limits(), "device": "cpu", "sandbox_mode": "bwrap", **kw}
@@ -363,6 +363,10 @@ def test_skip_key_covers_limits_device_sandbox_and_grading_code(tmp_path, monkey
     with open(copy / "tfcourse" / "checks" / "case.py", "a") as f:
         f.write("\n# changed\n")
     assert grading_code_digest(NB1) != before[NB1]
+    changed = grading_code_digest(NB1)
+    with open(copy / "grader" / "isolation" / "child.py", "a") as f:  # the isolation engine grades them all
+        f.write("\n# changed\n")
+    assert grading_code_digest(NB1) != changed
 
 
 def test_killed_run_continues(term, tmp_path, capsys) -> None:
@@ -574,9 +578,9 @@ def test_grader_library_copy_keeps_the_ordinary_error(tmp_path) -> None:
     """The grader's copy for notebook 02 deletes nb02 on: importing it still fails, with the
     ordinary error (the feedback adds why, tfcourse/checks/case.py), not the learner
     environment's "not released yet" (the grader hides it whatever the date)."""
-    from grader.runner import _library_copy
+    from grader.isolation.jobfolder import copy_library
 
-    _library_copy(tmp_path, NB2)
+    copy_library(tmp_path, NB2)
     result = _probe_references(tmp_path)
     assert result["hidden02"] == ["ModuleNotFoundError", "tfcourse.reference.nb02_multi_head_attention",
                                   "No module named 'tfcourse.reference.nb02_multi_head_attention'"], result

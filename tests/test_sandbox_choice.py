@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
-from grader import sandbox
 from grader.build import ROOT
+from grader.isolation import sandbox, views
 
 
 def _bwrap_usable() -> bool:
@@ -50,7 +50,7 @@ def no_bwrap(monkeypatch, tmp_path):
     which = sandbox.shutil.which
     monkeypatch.setattr(sandbox.shutil, "which", lambda tool, *a, **k: None if tool == "bwrap" else which(tool, *a, **k))
     monkeypatch.setenv(sandbox.ENV_VAR, "auto")  # restored afterwards, whatever --sandbox sets
-    monkeypatch.setattr(sandbox, "_protected", set())
+    monkeypatch.setattr(views, "_protected", set())
     sandbox._choose.cache_clear()
     yield tmp_path
     sandbox._choose.cache_clear()

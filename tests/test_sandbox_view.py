@@ -1,8 +1,8 @@
 """What a grader child can see in each sandbox mode, measured, against docs/grading.md's table.
 
 A probe stands in for learner code: started exactly as the grader starts a child
-(``grader.sandbox.launch``), it tries to read one path per row of the table "What each mode
-hides" in docs/grading.md (the course checkout, the reference solutions, another submission of
+(``grader.isolation.views.launch``), it tries to read one path per row of the table "What each
+mode hides" in docs/grading.md (the course checkout, the reference solutions, another submission of
 the batch, another job folder, the rest of the machine, ...) and reports what it reached. Every
 mode this machine offers is run; a mode that cannot run here is skipped with the reason. Each
 cell's first word in the docs ("visible"/"hidden", "yes"/"no") must be what the probe measured,
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 import tfcourse
-from grader import sandbox
 from grader.build import ROOT
+from grader.isolation import linux, sandbox, views
 
 DOCS = ROOT / "docs" / "grading.md"
 HEADING = "### What each mode hides (measured)"
@@ -83,7 +83,7 @@ def _host_folder() -> str | None:
     """A top-level folder of this machine with something in it, that no mode needs."""
     for d in ("/home", "/var", "/opt", "/srv", "/mnt", "/root"):
         try:
-            if os.listdir(d) and not any(sandbox._under(p, d) or sandbox._under(d, p) for p in sandbox._python_dirs()):
+            if os.listdir(d) and not any(linux.under(p, d) or linux.under(d, p) for p in views._python_dirs()):
                 return d
         except OSError:
             continue
@@ -93,7 +93,7 @@ def _host_folder() -> str | None:
 def _etc_file() -> str | None:
     """A world-readable file of /etc that the loader does not need."""
     for entry in sorted(os.scandir("/etc"), key=lambda e: e.name):
-        if entry.path not in sandbox.ETC_FILES and entry.is_file(follow_symlinks=False) and \
+        if entry.path not in views.ETC_FILES and entry.is_file(follow_symlinks=False) and \
                 entry.stat().st_mode & 0o004 and entry.stat().st_size:
             return entry.path
     return None
@@ -114,8 +114,8 @@ def world(tmp_path, monkeypatch) -> dict:
     (job / "child.py").write_text(PROBE)
     for path in [job, *job.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
-    monkeypatch.setattr(sandbox, "_protected", set())
-    sandbox.protect([subs / "someone", subs])  # as `python -m grader submitted/*` does
+    monkeypatch.setattr(views, "_protected", set())
+    views.protect([subs / "someone", subs])  # as `python -m grader submitted/*` does
     library = Path(tfcourse.__file__).resolve().parent
     checks = {
         "job": ("read", "@JOB@/job.json"),
@@ -145,7 +145,7 @@ def test_what_the_child_sees_is_what_the_docs_say(mode, world):
     why = sandbox._works(mode)
     if why is not None:
         pytest.skip(f"sandbox {mode!r} cannot run here: {why}")
-    spec = sandbox.launch(sandbox.Sandbox(mode), world["job"], [json.dumps(world["checks"])], device="cpu",
+    spec = views.launch(mode, world["job"], [json.dumps(world["checks"])], device="cpu",
                           scratch_mb=8)
     proc = subprocess.run(spec.argv, cwd=spec.cwd, env=spec.env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -174,15 +174,15 @@ def test_what_lies_inside_a_folder_the_child_needs_is_covered(mode, tmp_path, mo
     (kept / "public" / "module.py").write_text("")
     job.mkdir(parents=True)
     (job / "child.py").write_text(PROBE)
-    python_dirs, hidden = sandbox._python_dirs, sandbox.hidden_paths
-    monkeypatch.setattr(sandbox, "_python_dirs", lambda: [*python_dirs(), str(kept)])
-    monkeypatch.setattr(sandbox, "hidden_paths", lambda: [*hidden(), str(kept / "checkout")])
-    monkeypatch.setattr(sandbox, "_protected", set())
-    sandbox.protect([kept / "submitted", kept / "reports"])
+    python_dirs, hidden = views._python_dirs, views.hidden_paths
+    monkeypatch.setattr(views, "_python_dirs", lambda: [*python_dirs(), str(kept)])
+    monkeypatch.setattr(views, "hidden_paths", lambda: [*hidden(), str(kept / "checkout")])
+    monkeypatch.setattr(views, "_protected", set())
+    views.protect([kept / "submitted", kept / "reports"])
     checks = {name: ("read", str(kept / rel)) for name, rel in (
         ("checkout", "checkout/solutions/01_attention.ipynb"), ("submission", "submitted/someone/01_attention.ipynb"),
         ("report", "reports/grades.json"), ("public", "public/module.py"))}
-    spec = sandbox.launch(sandbox.Sandbox(mode), job, [json.dumps(checks)], device="cpu", scratch_mb=8)
+    spec = views.launch(mode, job, [json.dumps(checks)], device="cpu", scratch_mb=8)
     proc = subprocess.run(spec.argv, cwd=spec.cwd, env=spec.env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -205,7 +205,7 @@ def test_unshare_child_has_no_capabilities_and_a_read_only_view(tmp_path):
         "    except OSError:\n"
         "        return False\n"
         "print(caps, umount, writable(sys.prefix + '/probe'), writable('/tmp/probe'), writable('probe'))\n")
-    spec = sandbox.launch(sandbox.Sandbox("unshare"), tmp_path, [], device="cpu", scratch_mb=8)
+    spec = views.launch("unshare", tmp_path, [], device="cpu", scratch_mb=8)
     proc = subprocess.run(spec.argv, cwd=spec.cwd, env=spec.env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["['0000000000000000',", "'0000000000000000',", "'0000000000000000']",

@@ -1,4 +1,4 @@
-"""Grading at scale (issue 14): the fast path (warm zygotes, grader/fastpath.py) and batches on a
+"""Grading at scale (issue 14): the fast path (warm zygotes, grader/isolation/fastpath.py) and batches on a
 Dask cluster (grader/batch.py).
 
 The cluster is real: a scheduler and two workers started as separate processes on 127.0.0.1
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import fastpath, sandbox
 from grader.build import NOTEBOOKS, ROOT, SOLUTIONS
-from grader.runner import Limits
+from grader.isolation import fastpath, sandbox, views
+from grader.isolation.runner import Limits
 from tests.adversarial import ATTACKS, EXERCISES, NOTEBOOK
 from tests.test_adversarial import _skip_reason, assert_verdict, build_submission
 
@@ -269,7 +269,7 @@ def test_a_hostile_notebook_does_not_change_the_next_one_graded_by_the_same_zygo
 
 
 def test_zygote_refuses_to_fork_with_threads_or_shared_memory():
-    code = ("import sys, threading, mmap; sys.path.insert(0, 'grader'); import zygote;"
+    code = ("import sys, threading, mmap; sys.path.insert(0, 'grader/isolation'); import zygote;"
             "assert zygote.unsafe_to_fork() == '', zygote.unsafe_to_fork();"
             "m = mmap.mmap(-1, 4096); assert 'shared' in zygote.unsafe_to_fork(); m.close();"
             "e = threading.Event(); t = threading.Thread(target=e.wait); t.start();"
@@ -374,8 +374,8 @@ def test_fork_makes_the_cold_childs_sandbox(fast_mode, tmp_path, monkeypatch):
     and not the checkout, the graded notebook's reference or other jobs, has a loopback where
     the cold child has one (bwrap), and finds nothing the fork before it left in /tmp, /dev/shm
     or System V IPC. Every child must really be a fork (not the cold path after a failure)."""
-    from grader import runner
     from grader.course import load_course
+    from grader.isolation import runner
 
     if (why := sandbox._works(fast_mode)) is not None:
         pytest.skip(f"sandbox {fast_mode!r} cannot run here: {why}")
@@ -391,12 +391,12 @@ def test_fork_makes_the_cold_childs_sandbox(fast_mode, tmp_path, monkeypatch):
 
     monkeypatch.setattr(fastpath, "launch", launch)
     nb = load_course()[NOTEBOOK]
-    jobs = sandbox.jobs_folder()
+    jobs = views.jobs_folder()
     # the job folder's path as the child sees it: /job in bwrap, its real path in unshare
     for _ in range(2):
-        job = sandbox.JOB_VIEW if fast_mode == "bwrap" else None
+        job = views.JOB_VIEW if fast_mode == "bwrap" else None
         source = FORK_PROBE.format(checkout=str(ROOT / "solutions"), job=job or "@JOB@", tag="tfcourse-fork-probe",
-                                   jobs_dirs=[jobs, sandbox.JOBS_VIEW], loopback=fast_mode == "bwrap")
+                                   jobs_dirs=[jobs, views.JOBS_VIEW], loopback=fast_mode == "bwrap")
         if job is None:  # unshare: the probe finds its job folder from its working directory
             source = source.replace("'@JOB@'", "os.path.dirname(os.getcwd())")
         run = runner.run_notebook(NOTEBOOK, nb.setup, {"softmax": source},
@@ -412,13 +412,13 @@ def test_fork_makes_the_cold_childs_sandbox(fast_mode, tmp_path, monkeypatch):
 def test_a_zygote_view_depends_only_on_folders_it_would_show(tmp_path, monkeypatch):
     """A Dask worker protects a new folder per task (outside the view): the bwrap zygote is kept.
     A protected folder inside a folder the view shows must be covered: a new zygote."""
-    monkeypatch.setattr(sandbox, "_protected", set())
+    monkeypatch.setattr(views, "_protected", set())
     box = sandbox.Sandbox("bwrap")
     before = fastpath._key(box, "cpu")
-    sandbox.protect([tmp_path / "tfcourse-submission-1"])
+    views.protect([tmp_path / "tfcourse-submission-1"])
     assert fastpath._key(box, "cpu") == before
     inside = Path(sys.prefix) / "tfcourse-test-not-created"
-    sandbox.protect([inside])
+    views.protect([inside])
     assert fastpath._key(box, "cpu") != before and str(inside) in fastpath._key(box, "cpu")[2]
     assert fastpath._key(box, "cuda") != fastpath._key(box, "cpu")
 
@@ -509,8 +509,8 @@ def test_keyring_and_ptrace_calls_are_refused_in_every_child(mode, fast, monkeyp
     """The grader's user's kernel keyrings and the sandbox's init are out of reach of learner
     code, cold or forked, in every sandbox (a seccomp filter in child.py refuses the keyring
     calls and ptrace; /proc/1/mem cannot be opened for writing in bwrap and unshare)."""
-    from grader import runner
     from grader.course import load_course
+    from grader.isolation import runner
 
     if os.uname().machine not in ("x86_64", "aarch64") or sys.platform != "linux":
         pytest.skip("the filter knows x86_64 and aarch64 Linux only")

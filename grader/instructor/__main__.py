@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ..cases import DEFAULT_SEED
-from ..runner import Limits
+from ..isolation.runner import Limits
 from . import InstructorError
 
 DESCRIPTION = """\
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--jobs, --timeout must be positive; --memory must be >= 0")
         from tfcourse.device import get_device
 
-        from .. import sandbox
+        from ..isolation import sandbox
         from .grade import grade
 
         if args.sandbox:

@@ -17,8 +17,9 @@ Per submission, after grading (learner code only ever runs in the grader's sandb
   learners, and the key would let a secret ``--seed`` be found by brute force). Its key covers
   what grading depends on: the submitted notebook and timestamp.txt, the course's source
   notebook, the seed, the limits, the device, the sandbox mode, and the grading code and cases
-  (``grader/*.py``, and ``grader/cases``, ``tfcourse/checks`` and ``tfcourse/reference`` of this
-  notebook, of the notebooks before it and their shared modules): a changed grader regrades.
+  (``grader/*.py``, ``grader/isolation/``, and ``grader/cases``, ``tfcourse/checks`` and
+  ``tfcourse/reference`` of this notebook, of the notebooks before it and their shared modules):
+  a changed grader regrades.
 
 The grading itself goes through ``grader.batch.grade_batch`` (one batch per assignment): here
 with ``jobs`` submissions at a time, or on a Dask cluster with ``scheduler`` (docs/scale.md); its
@@ -71,17 +72,17 @@ def open_course(course: Path):
 
 
 def grading_code_digest(assignment: str) -> str:
-    """A digest of the code and cases that grade ``assignment``: ``grader/*.py``, and in
-    ``grader/cases``, ``tfcourse/checks`` and ``tfcourse/reference`` the modules (or packages) of
-    this notebook and of the notebooks before it (a later notebook imports earlier components)
-    and the shared ones (not named ``nbNN_*``)."""
+    """A digest of the code and cases that grade ``assignment``: ``grader/*.py``, the isolation
+    engine (``grader/isolation/``), and in ``grader/cases``, ``tfcourse/checks`` and
+    ``tfcourse/reference`` the modules (or packages) of this notebook and of the notebooks before
+    it (a later notebook imports earlier components) and the shared ones (not named ``nbNN_*``)."""
     from ..build import ROOT, module_name
 
     names = course_notebooks()
     upto = names[: names.index(assignment) + 1] if assignment in names else [assignment]
     modules = {module_name(n) for n in upto}
     h = hashlib.sha256()
-    paths = sorted((ROOT / "grader").glob("*.py"))
+    paths = sorted([*(ROOT / "grader").glob("*.py"), *(ROOT / "grader" / "isolation").rglob("*.py")])
     for folder in ("grader/cases", "tfcourse/checks", "tfcourse/reference"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             top = path.relative_to(ROOT / folder).parts[0].removesuffix(".py")
@@ -396,8 +397,8 @@ def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed:
           log=print) -> int:
     from nbgrader.api import Gradebook
 
-    from .. import sandbox
     from ..batch import grade_batch
+    from ..isolation import sandbox, views
 
     nbgrader_on_path()
     coursedir = open_course(course)
@@ -428,7 +429,7 @@ def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed:
         isolation = sandbox.choose(strict=True)
     except (sandbox.SandboxError, RuntimeError) as exc:
         raise InstructorError(str(exc)) from None
-    sandbox.protect([course.resolve()])
+    views.protect([course.resolve()])
     code: dict[str, str] = {}
 
     def settings(name: str) -> str:

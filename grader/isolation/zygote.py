@@ -2,19 +2,20 @@
 each notebook's child as a fork of itself, inside a fresh sandbox made by the fork (the cold
 child's: bwrap's view or unshare's).
 
-Started by ``grader.fastpath`` as ``python -I zygote.py CONTROL_FD JOBS_FOLDER [LIBRARY]`` (a
+Started by ``fastpath`` as ``python -I zygote.py CONTROL_FD JOBS_FOLDER [LIBRARY]`` (a
 fresh interpreter, never a fork of the grading process: it holds no reference solution, no hidden
 case, no other learner's work; under bwrap it runs in bubblewrap and imports the course's public
-library from LIBRARY). It never runs learner code itself. Per job it receives, on the control
-socket, one JSON line (the job folder, the view to make, the child's environment) and two file
-descriptors (the results channel and the output pipe), and forks:
+library from LIBRARY; the Linux calls come from linux.py, next to this file). It never runs
+learner code itself. Per job it receives, on the control socket, one JSON line (the job folder,
+the view to make, the child's environment) and two file descriptors (the results channel and the
+output pipe), and forks:
 
 * A (the fork): a death signal tied to the zygote, its own session (the grading process kills
   its process group), every other file descriptor closed, then new user, mount, network, PID,
   IPC and UTS namespaces; it forks B, waits for it and exits with the status of the job's child
   (dies by the same signal), like ``unshare --fork --kill-child``.
 * B (PID 1 of the new PID namespace, killed when A dies): a fresh /proc, host name ``grader``,
-  then exactly the cold child's view: under unshare ``grader.sandbox.VIEW_SCRIPT``'s (everything
+  then exactly the cold child's view: under unshare ``linux.unshare_view``'s (everything
   but the system, the Python installation and its own job folder covered, all read-only,
   scratch tmpfs, capability bounding set dropped, no_new_privs), under bwrap :func:`_bwrap_view`'s
   (its own job at /job, the other jobs covered, fresh /tmp and /dev/shm, the rest read-only, the
@@ -30,7 +31,6 @@ than one thread (an OpenMP pool would be broken in the fork) or with a writable 
 (a fork would share it with the next one).
 """
 
-import ctypes
 import json
 import os
 import resource
@@ -39,23 +39,11 @@ import signal
 import socket
 import sys
 
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
-CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 4096, 16384, 1 << 18
-MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, AT_RECURSIVE, SYS_MOUNT_SETATTR = 1, 2, 0x8000, 442
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
-PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
-SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # linux.py lies next to this file
+import linux  # noqa: E402
 
-libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(ok: bool, what: str) -> None:
-    if not ok:
-        e = ctypes.get_errno()
-        sys.stderr.write(f"tfcourse zygote: {what}: {os.strerror(e)}\n")
-        sys.stderr.flush()
-        os._exit(125)
+del sys.path[0]
+libc = linux.libc
 
 
 def warm() -> None:
@@ -114,41 +102,6 @@ def _write(path: str, text: str) -> None:
         fh.write(text)
 
 
-def _drop_capabilities() -> None:
-    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
-    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2: all empty
-    _check(libc.syscall(126, ctypes.byref(header), ctypes.byref(data)) == 0, "capset")  # SYS_capset
-
-
-def _mount(src: str | None, dst: str, fs: str | None, flags: int, data: str | None = None) -> None:
-    args = [None if a is None else a.encode() for a in (src, dst, fs, data)]
-    _check(libc.mount(args[0], args[1], args[2], ctypes.c_ulong(flags), args[3]) == 0,
-           f"mount {fs or src} on {dst}")
-
-
-def _read_only(path: str) -> None:
-    """Make ``path`` and every mount under it read-only and nosuid (mount_setattr, Linux 5.12)."""
-    attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
-    _check(libc.syscall(SYS_MOUNT_SETATTR, -100, path.encode(), AT_RECURSIVE, ctypes.byref(attr),
-                        ctypes.c_size_t(32)) == 0, f"read-only {path}")
-
-
-def _tmpfs(path: str, size: int, flags: int = 0) -> None:
-    _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | flags, f"size={size},mode=755")
-
-
-def _loopback_up() -> None:
-    """Bring up the new network namespace's loopback (127.0.0.1, as bubblewrap does): the child
-    can talk to itself, and to nothing else."""
-    import fcntl
-    import struct
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        request = struct.pack("16sH22x", b"lo", 0)
-        flags = struct.unpack("16sH22x", fcntl.ioctl(s, SIOCGIFFLAGS, request))[1]
-        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
-
-
 def _bwrap_view(view: dict) -> None:
     """B, in a zygote's bubblewrap view: make exactly the cold bwrap child's view. /job becomes
     this job's folder (from /jobs, then covered: the other jobs vanish), a fresh size-limited /tmp
@@ -156,24 +109,20 @@ def _bwrap_view(view: dict) -> None:
     /dev/shm; everything else read-only. No learner code has run; any failure exits 125."""
     job = os.open(os.path.join(view["jobs"], view["name"]), os.O_PATH | os.O_CLOEXEC)
     keep = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in view["keep"]}
-    _read_only("/")
-    _mount(f"/proc/self/fd/{job}", view["job"], None, MS_BIND | MS_REC)
-    _read_only(view["job"])
-    _tmpfs(view["jobs"], 4096, MS_RDONLY)
-    _tmpfs(view["scratch"], view["scratch_bytes"])
+    linux.read_only("/")
+    linux.bind(job, view["job"])
+    linux.read_only(view["job"])
+    linux.tmpfs(view["jobs"], 4096, linux.MS_RDONLY)
+    linux.tmpfs(view["scratch"], view["scratch_bytes"])
     for path, fd in keep.items():  # shortest first, none inside another
         os.makedirs(path, exist_ok=True)
-        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-        _read_only(path)
+        linux.bind(fd, path)
+        linux.read_only(path)
     os.makedirs(os.path.join(view["scratch"], "work"), exist_ok=True)
-    _tmpfs("/dev/shm", view["scratch_bytes"])
+    linux.tmpfs("/dev/shm", view["scratch_bytes"])
     for fd in (job, *keep.values()):
         os.close(fd)
-    last = int(open("/proc/sys/kernel/cap_last_cap").read())
-    for cap in range(last + 1):
-        _check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0, f"drop capability {cap}")
-    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "no_new_privs")
+    linux.drop_bounding_set()
     os.chdir(os.path.join(view["scratch"], "work"))
 
 
@@ -181,26 +130,23 @@ def _pid1(job: dict, channel: int, status_w: int) -> None:
     """B: finish the sandbox, fork C to run the job's child, and stay PID 1 of the namespace as
     a small init (as bubblewrap's): it keeps its death signal (learner code runs in C and cannot
     clear it), reaps, and hands C's wait status to A through ``status_w`` (never returns)."""
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    _check(libc.mount(b"none", b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) == 0, "private mounts")
-    _check(libc.mount(b"proc", b"/proc", b"proc", ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC), None) == 0,
-           "mount /proc")
-    _check(libc.sethostname(b"grader", 6) == 0, "sethostname")
+    libc.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    linux.mount("none", "/", None, linux.MS_REC | linux.MS_PRIVATE)
+    linux.mount("proc", "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
+    linux.check(libc.sethostname(b"grader", 6) == 0, "sethostname")
     if job["view"] == "bwrap":
         _bwrap_view(job["bwrap"])
-        _loopback_up()  # as bubblewrap gives its children
+        linux.loopback_up()  # as bubblewrap gives its children
     else:
-        view = job["view_script"].replace("os.execv(program[0], program)", "")
-        sys.argv = ["view", json.dumps(job["spec"])]
-        exec(compile(view, "<tfcourse unshare view>", "exec"), {"__name__": "view"})
-    _drop_capabilities()
+        linux.unshare_view(job["spec"])
+    linux.clear_capabilities()
     # Not dumpable: C (learner code, same user, no capabilities) can then neither ptrace this
     # init nor open its /proc/1/mem or /proc/1/fd (its death signal and the status pipe stay
     # out of reach). C is made dumpable again: its own /proc is as a cold child's.
-    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    libc.prctl(linux.PR_SET_DUMPABLE, 0, 0, 0, 0)
     child = os.fork()
     if child == 0:
-        libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        libc.prctl(linux.PR_SET_DUMPABLE, 1, 0, 0, 0)
         os.close(status_w)
         _child(job, channel)
     # the init: nothing of the job's, only its status
@@ -232,8 +178,9 @@ def _child(job: dict, channel: int) -> None:
     tempfile.tempdir = None
     # The course's modules come from the job's copy from now on (the installed package is covered).
     lib = os.path.join(job["job"], "lib")
+
     def under(p: str, roots: list) -> bool:
-        return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
+        return any(linux.under(p, r) for r in roots)
 
     sys.path[:] = [p for p in sys.path if under(p, job["spec"]["keep"]) or not under(p, job["hidden"])]
     for name, module in list(sys.modules.items()):
@@ -266,7 +213,7 @@ def _fork_a(job: dict, channel: int, output: int) -> None:
     """A: isolate, fork B, wait for it (never returns)."""
     try:
         zygote = os.getppid()
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the zygote killed: so is this job
+        libc.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the zygote killed: so is this job
         if os.getppid() != zygote:
             os._exit(125)
         os.setsid()
@@ -279,8 +226,9 @@ def _fork_a(job: dict, channel: int, output: int) -> None:
         channel = 3
         status_r, status_w = os.pipe()
         uid, gid = os.getuid(), os.getgid()
-        flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
-        _check(libc.unshare(flags) == 0, "unshare")
+        flags = (linux.CLONE_NEWUSER | linux.CLONE_NEWNS | linux.CLONE_NEWNET | linux.CLONE_NEWPID
+                 | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS)
+        linux.check(libc.unshare(flags) == 0, "unshare")
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"0 {uid} 1")
         _write("/proc/self/gid_map", f"0 {gid} 1")
@@ -346,6 +294,7 @@ def serve(control: socket.socket) -> None:
 
 
 def main() -> int:
+    linux.WHO = "tfcourse zygote"
     control = socket.socket(fileno=int(sys.argv[1]))
     if len(sys.argv) > 3:  # in bubblewrap: the course's public library, copied for the zygote
         sys.path.insert(0, sys.argv[3])

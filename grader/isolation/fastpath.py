@@ -1,4 +1,4 @@
-"""The fast path: warm zygotes (grader/zygote.py) that start each notebook's child as a fork
+"""The fast path: warm zygotes (zygote.py) that start each notebook's child as a fork
 instead of a fresh interpreter that imports torch (about 3 s per notebook, most of a submission's
 grading time).
 
@@ -7,14 +7,15 @@ In each the fork makes the cold child's sandbox (same namespaces, same file view
 set by the same child.py):
 
 * ``unshare``: the zygote runs outside any sandbox; each fork makes new user, mount, network,
-  PID, IPC and UTS namespaces and ``VIEW_SCRIPT``'s view.
+  PID, IPC and UTS namespaces and the cold child's view (``linux.unshare_view``).
 * ``bwrap``: the zygote itself runs in bubblewrap, in a view like a cold child's (system and
   Python read-only, the checkout and the reference solutions absent, no network, no
-  capabilities) whose /job is its own folder (zygote.py and the course's public library without
-  any reference solution) and which also shows the folder of all job folders read-only at
-  /jobs; each fork makes new user, mount, network, PID, IPC and UTS namespaces, binds its own
-  job at /job, covers /jobs, mounts a fresh /tmp, /tmp/work and /dev/shm, makes the rest
-  read-only and drops every capability: the cold bwrap child's view, paths included.
+  capabilities) whose /job is its own folder (jobfolder.py: zygote.py, linux.py and the course's
+  public library without any reference solution) and which also shows the folder of all job
+  folders read-only at /jobs; each fork makes new user, mount, network, PID, IPC and UTS
+  namespaces, binds its own job at /job, covers /jobs, mounts a fresh /tmp, /tmp/work and
+  /dev/shm, makes the rest read-only and drops every capability: the cold bwrap child's view,
+  paths included.
 
 ``TFCOURSE_FAST=0`` turns it off. If a zygote cannot start or refuses to fork (user namespaces
 unavailable, threads in it), the run falls back to the cold path and :func:`status` says why
@@ -39,10 +40,9 @@ import threading
 import time
 from pathlib import Path
 
-from . import sandbox
+from . import jobfolder, sandbox, views
 
 ENV_VAR = "TFCOURSE_FAST"
-ZYGOTE = Path(__file__).with_name("zygote.py")
 START_TIMEOUT = 120.0
 
 MODES = ("bwrap", "unshare")
@@ -70,7 +70,7 @@ def _key(box: sandbox.Sandbox, device: str) -> tuple:
     outside any of them, which must not cost a new zygote)."""
     if box.mode == "unshare":
         return ("unshare",)
-    return ("bwrap", device.startswith("cuda"), tuple(sandbox.bwrap_covered(device)))
+    return ("bwrap", device.startswith("cuda"), tuple(views.bwrap_covered(device)))
 
 
 def status(box: sandbox.Sandbox) -> str:
@@ -96,20 +96,20 @@ class Zygote:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # The jobs' folder on the command line (unused in unshare): the zygote and every fork of
         # it (learner processes that fork without exec) are found by it in a process listing.
-        jobs = sandbox.jobs_folder()
+        jobs = views.jobs_folder()
         try:
             if box.mode == "bwrap":
                 self.folder = Path(tempfile.mkdtemp(prefix="tfcourse-zygote-"))
-                _zygote_folder(self.folder)
-                scratch = f"{sandbox.SCRATCH_VIEW}/work"
-                inner = [sys.executable, "-I", f"{sandbox.JOB_VIEW}/zygote.py", str(theirs.fileno()),
-                         sandbox.JOBS_VIEW, f"{sandbox.JOB_VIEW}/lib"]
-                argv = sandbox._bwrap_argv(self.folder, inner, device=device, scratch_bytes=ZYGOTE_SCRATCH,
-                                           jobs=jobs)
-                env, cwd = sandbox.child_env(scratch), str(self.folder)
+                jobfolder.fill_zygote(self.folder)
+                scratch = f"{views.SCRATCH_VIEW}/work"
+                inner = [sys.executable, "-I", f"{views.JOB_VIEW}/zygote.py", str(theirs.fileno()),
+                         views.JOBS_VIEW, f"{views.JOB_VIEW}/lib"]
+                argv = views._bwrap_argv(self.folder, inner, device=device, scratch_bytes=ZYGOTE_SCRATCH,
+                                         jobs=jobs)
+                env, cwd = views.child_env(scratch), str(self.folder)
             else:
-                argv = [sys.executable, "-I", str(ZYGOTE), str(theirs.fileno()), jobs]
-                env, cwd = sandbox.child_env(str(Path.home())), "/"
+                argv = [sys.executable, "-I", str(jobfolder.ZYGOTE), str(theirs.fileno()), jobs]
+                env, cwd = views.child_env(str(Path.home())), "/"
             self.proc = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), env=env, cwd=cwd,
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL, start_new_session=True)
@@ -157,19 +157,6 @@ class Zygote:
         if kind != "pid":
             raise ZygoteError(f"the warm worker did not fork ({reply or 'no answer'})")
         return ForkedChild(self, int(value))
-
-
-def _zygote_folder(folder: Path) -> None:
-    """What a bwrap zygote sees at /job: zygote.py and the course's public library without any
-    reference solution (a job's own copy replaces it in each fork)."""
-    from .runner import LIBRARY
-
-    shutil.copy(ZYGOTE, folder / "zygote.py")
-    shutil.copytree(LIBRARY, folder / "lib" / "tfcourse", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for path in (folder / "lib" / "tfcourse" / "reference").glob("nb*.py"):
-        path.unlink()
-    for path in [folder, *folder.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 class ForkedChild:
@@ -241,27 +228,26 @@ def _get(key: tuple, box: sandbox.Sandbox, device: str) -> Zygote:
     return z
 
 
-def _view(box: sandbox.Sandbox, spec: sandbox.Launch, job_dir: Path, *, device: str, scratch_mb: int) -> dict:
+def _view(box: sandbox.Sandbox, spec: views.Launch, job_dir: Path, *, device: str, scratch_mb: int) -> dict:
     """What the zygote's fork needs to make this job's view (see the module docstring)."""
     scratch_bytes = max(1, scratch_mb) * 2**20
-    job = {"job": spec.job, "env": spec.env, "hidden": sandbox.hidden_paths(), "view": box.mode}
+    job = {"job": spec.job, "env": spec.env, "hidden": views.hidden_paths(), "view": box.mode}
     if box.mode == "bwrap":
-        keep = sandbox.bwrap_tmp_binds()
-        job["spec"] = {"keep": sandbox._python_dirs()}
-        job["bwrap"] = {"jobs": sandbox.JOBS_VIEW, "name": Path(job_dir).name, "job": sandbox.JOB_VIEW,
-                        "scratch": sandbox.SCRATCH_VIEW, "scratch_bytes": scratch_bytes, "keep": keep}
+        keep = views.bwrap_tmp_binds()
+        job["spec"] = {"keep": views._python_dirs()}
+        job["bwrap"] = {"jobs": views.JOBS_VIEW, "name": Path(job_dir).name, "job": views.JOB_VIEW,
+                        "scratch": views.SCRATCH_VIEW, "scratch_bytes": scratch_bytes, "keep": keep}
     else:
-        job["view_script"] = sandbox.VIEW_SCRIPT
-        job["spec"] = sandbox._unshare_spec(spec.job, spec.scratch, device=device, scratch_bytes=scratch_bytes)
+        job["spec"] = views._unshare_spec(spec.job, spec.scratch, device=device, scratch_bytes=scratch_bytes)
     return job
 
 
-def launch(box: sandbox.Sandbox, job_dir: Path, spec: sandbox.Launch, channel: int, output: int,
+def launch(box: sandbox.Sandbox, job_dir: Path, spec: views.Launch, channel: int, output: int,
            *, device: str, scratch_mb: int) -> ForkedChild:
     """Start the child of ``job_dir`` as a fork of a free zygote. Raises ZygoteError (then the
     caller runs the cold path, and the fast path stays off in this process)."""
-    if Path(job_dir).resolve().parent != Path(sandbox.jobs_folder()):
-        raise ZygoteError(f"{job_dir} is not in the jobs folder {sandbox.jobs_folder()}")
+    if Path(job_dir).resolve().parent != Path(views.jobs_folder()):
+        raise ZygoteError(f"{job_dir} is not in the jobs folder {views.jobs_folder()}")
     try:
         z = _get(_key(box, device), box, device)
     except (ZygoteError, OSError) as exc:

@@ -1,9 +1,9 @@
 """Run one submission notebook's code in a child process, with limits enforced from outside.
 
 The grading process (this module's caller) never imports learner code. It writes a job for
-``grader/child.py`` into a fresh temporary folder (the learner's cells, the course's public
+``child.py`` into a fresh temporary folder (the learner's cells, the course's public
 library without the reference solutions of this notebook and later ones, the inputs), starts the
-child in the sandbox chosen by ``grader.sandbox`` (its own session, and where the platform
+child in the sandbox chosen by ``sandbox`` (its own session, and where the platform
 allows it its own file view, network and PID namespace), reads its progress and results from a
 pipe, and watches it: it kills the whole sandbox when an exercise runs past the wall-clock limit
 or the child's processes/threads or memory pass theirs. If the child dies (timeout, memory,
@@ -29,16 +29,12 @@ import torch
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save_file
 
-import tfcourse
 from tfcourse.checks.case import Case
 from tfcourse.checks.outcome import Outcome
 from tfcourse.checks.wire import call_to_json, outcome_from_json, safe_text
 
-from . import fastpath, sandbox
-from .names import module_name
+from . import fastpath, jobfolder, sandbox, views, watch
 
-CHILD = Path(__file__).with_name("child.py")
-LIBRARY = Path(tfcourse.__file__).resolve().parent
 MAX_RESULT_BYTES = 256 * 2**20  # all results of one child together
 MAX_PROGRESS_LINES = 10_000
 WATCH_EVERY = 0.1  # seconds between two looks at the child's processes and memory
@@ -112,7 +108,7 @@ class _Drain(threading.Thread):
 
 
 class _Channel(threading.Thread):
-    """Reads the child's frames (see grader/child.py): progress lines and results.
+    """Reads the child's frames (see child.py): progress lines and results.
 
     A result counts only for the exercise the child announced last, and only once the child has
     moved on (its next progress line): a result followed by the child's death is dropped, and a
@@ -187,16 +183,6 @@ class _Channel(threading.Thread):
             return list(self.progress)
 
 
-def _library_copy(dest: Path, notebook: str) -> None:
-    """The course's public code for the child: tfcourse without the reference solutions of this
-    notebook and later ones (earlier notebooks' components stay importable)."""
-    shutil.copytree(LIBRARY, dest / "tfcourse", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    own = module_name(notebook)
-    for path in (dest / "tfcourse" / "reference").glob("nb*.py"):
-        if path.stem >= own:
-            path.unlink()
-
-
 def _out_of_memory(o: Outcome | None) -> bool:
     return o is not None and (o.error_type == "MemoryError" or "can't allocate memory" in o.error_message.lower())
 
@@ -252,10 +238,9 @@ def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[s
     dropped = 0
     restarts = 0
     cap = limits.output_kb * 1024
-    with tempfile.TemporaryDirectory(prefix="tfcourse-grade-", dir=sandbox.jobs_folder()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="tfcourse-grade-", dir=views.jobs_folder()) as tmp:
         job_dir = Path(tmp)
-        _library_copy(job_dir / "lib", notebook)
-        shutil.copy(CHILD, job_dir / "child.py")
+        jobfolder.fill_job(job_dir, notebook)
         tensors: dict[str, torch.Tensor] = {}
         exercises = []
         for name, ex_cases in cases.items():
@@ -263,8 +248,7 @@ def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[s
                        for i, case in enumerate(ex_cases)]
             exercises.append({"name": name, "cases": encoded})
         save_file(tensors, str(job_dir / "inputs.safetensors"))
-        for path in [job_dir, *job_dir.rglob("*")]:  # readable by the child, whatever its user
-            path.chmod(0o755 if path.is_dir() else 0o644)
+        jobfolder.readable(job_dir)
 
         # Each legitimate restart uses up a cell or an exercise; more means forged progress lines.
         max_children = len(cells) + len(cases) + 1
@@ -338,8 +322,8 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
     lines forged by learner code cannot keep it running."""
     read_end, write_end = os.pipe()
     proc = None
-    if fastpath.enabled(box):  # a fork of a warm zygote, in the same sandbox (grader/fastpath.py)
-        spec = sandbox.launch(box, job_dir, ["3"], device=device, scratch_mb=limits.file_mb)
+    if fastpath.enabled(box):  # a fork of a warm zygote, in the same sandbox (fastpath.py)
+        spec = views.launch(box.mode, job_dir, ["3"], device=device, scratch_mb=limits.file_mb)
         out_read, out_write = os.pipe()
         try:
             proc = fastpath.launch(box, job_dir, spec, write_end, out_write, device=device,
@@ -350,7 +334,7 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
         finally:
             os.close(out_write)
     if proc is None:
-        spec = sandbox.launch(box, job_dir, [str(write_end)], device=device, scratch_mb=limits.file_mb)
+        spec = views.launch(box.mode, job_dir, [str(write_end)], device=device, scratch_mb=limits.file_mb)
         try:
             proc = subprocess.Popen(spec.argv, cwd=spec.cwd, env=spec.env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
@@ -363,7 +347,7 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
     channel.start()
     drain = _Drain(proc.stdout, max(0, cap))
     drain.start()
-    watch = sandbox.Watch(proc.pid)
+    watcher = watch.Watch(proc.pid)
     seen = 0
     current: tuple[str, str] | None = None
     deadline = time.monotonic() + limits.startup
@@ -392,17 +376,17 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
             break
         if now > next_watch:
             next_watch = now + WATCH_EVERY
-            tasks, rss = watch.sample()
+            tasks, rss = watcher.sample()
             if tasks > limits.tasks:
                 stop = (f"process limit exceeded: it ran more than {limits.tasks} processes/threads "
                         f"at once (fork loop?)", "tasks")
                 break
-            if memory and rss > memory and watch.pss() > memory:
+            if memory and rss > memory and watcher.pss() > memory:
                 stop = (f"memory limit exceeded: its processes used more than {limits.memory_mb} MiB "
                         f"together (--memory {limits.memory_mb} MiB)", "memory")
                 break
         time.sleep(POLL)
-    sandbox.kill_tree(proc, watch)
+    watch.kill_tree(proc, watcher)
     if isinstance(proc, fastpath.ForkedChild):
         fastpath.release(proc)
     drain.join(timeout=2 if box.pid_namespace else 5)

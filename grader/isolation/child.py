@@ -1,8 +1,9 @@
 """The grader's child process: runs one submission notebook's solution cells and cases.
 
-Started by ``grader.runner`` as ``python -I JOB/child.py JOB CHANNEL_FD`` inside the sandbox
-(``grader.sandbox``), with the course's public library (``JOB/lib``) as the only course code on
-its path. It never decides a verdict: it sends what the learner's code returned, as plain tensors
+Started by ``runner`` as ``python -I JOB/child.py JOB CHANNEL_FD`` inside the sandbox
+(``views.launch``), with the course's public library (``JOB/lib``) as the only course code on
+its path, and ``JOB/linux.py`` (the process tree, for killing what the learner started). It
+never decides a verdict: it sends what the learner's code returned, as plain tensors
 (safetensors) and JSON, and the grading process judges. Nothing it sends can execute code when
 the grading process reads it.
 
@@ -32,6 +33,11 @@ import resource
 import signal
 import sys
 import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # linux.py lies next to this file
+import linux  # noqa: E402
+
+del sys.path[0]
 
 
 def _limit(job: dict) -> None:
@@ -152,25 +158,7 @@ def _adopt_orphans() -> None:
 
 def _kill_descendants() -> None:
     """Kill every process below this one (Linux /proc); best effort."""
-    me = os.getpid()
-    seen: set[int] = set()
-    todo = [me]
-    while todo:
-        pid = todo.pop()
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                    for child in fh.read().split():
-                        if int(child) not in seen:
-                            seen.add(int(child))
-                            todo.append(int(child))
-            except (OSError, ValueError):
-                pass
-    for pid in seen:
+    for pid in linux.process_tree(os.getpid())[1:]:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:

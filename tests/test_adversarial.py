@@ -52,6 +52,9 @@ from tests.adversarial import (
 from tfcourse.notebook import read_notebook, solution_cells
 
 TIMEOUT, MEMORY, OUTPUT_KB = "5", "1536", 64
+# grades through the real grader (sandboxed children, batches): the full suite only, not the
+# inner loop (`pytest -m "not slow"`, CONTRIBUTING.md)
+pytestmark = pytest.mark.slow
 WATCHED = ("solutions", "notebooks", "tfcourse", "grader")
 NEEDS = {"": {"bwrap", "unshare", "none"}, "files": {"bwrap", "unshare"}, "network": {"bwrap", "unshare"},
          "pidns": {"bwrap", "unshare"}}

@@ -37,6 +37,9 @@ import pytest
 from grader.instructor.__main__ import main
 from tests.test_nbgrader_roundtrip import INVERTED_MASK_SDPA, _environment, _with_cells
 
+# grades through the real grader (sandboxed children, batches): the full suite only, not the
+# inner loop (`pytest -m "not slow"`, CONTRIBUTING.md)
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 NB1, NB2 = "01_attention", "02_multi_head_attention"
 STUDENTS = ("full", "partial", "hostile")

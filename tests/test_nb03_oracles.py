@@ -241,6 +241,7 @@ def _polar(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:  # Meta's 
     return torch.view_as_real(x_ * torch.polar(torch.ones_like(freqs), freqs)).flatten(-2).type_as(x)
 
 
+@pytest.mark.slow  # tens of seconds: the full suite only
 def test_angle_tolerance_accepts_every_correct_form_and_catches_every_mistake_at_position_4095():
     t, d = 4096, 64
     want, tol = cases.sinusoid64(t, d), cases.angle_atol(t - 1)

@@ -4,7 +4,7 @@ The course's ``layer_norm``, ``rms_norm`` and ``RMSNorm`` (tfcourse.reference.nb
 are compared, on the same weights, with ``torch.nn.LayerNorm``, ``torch.nn.RMSNorm`` and
 transformers' ``LlamaRMSNorm`` (random-init, no downloads) in float32, float64, float16 and
 bfloat16; ``rms_norm_backward`` with torch.autograd. HF's module itself, used as a learner's
-``RMSNorm``, passes every visible and hidden case (peer-code.md: HF keeps float32 statistics for
+``RMSNorm``, passes every visible and hidden case (docs/conventions.md, "Where correct public code differs": HF keeps float32 statistics for
 float64 input and casts to half before multiplying by the weight; both must pass). The figures
 are printed (``-s``).
 """

@@ -6,7 +6,7 @@ The course's ``gelu``, ``SwiGLU``, ``MoE`` and ``load_balancing_loss``
 downloads; Mixtral 5.x stores its experts fused, ``gate_up_proj`` (E, 2F, D) and ``down_proj``
 (E, D, F), so the weights are mapped) and Hugging Face's ``load_balancing_loss_func``, which
 divides the assignment counts by N tokens instead of N·K slots and so gives K times the course's
-loss (shared/design/peer-code.md; the course refuses it with a hint). HF's LlamaMLP used as a
+loss (docs/conventions.md, "Where correct public code differs"; the course refuses it with a hint). HF's LlamaMLP used as a
 learner's ``SwiGLU`` passes every case. The figures are printed (``-s``).
 """
 

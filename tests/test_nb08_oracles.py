@@ -158,6 +158,7 @@ def test_encoder_loader_matches_bert_model(tmp_path, prefix):
                                  tmp_path / "broken.safetensors")
 
 
+@pytest.mark.slow  # tens of seconds: the full suite only
 def test_reference_loaders_on_the_real_weights():
     path = P.smollm2_gguf_path()
     model = P.smollm2(ref.load_decoder_weights)

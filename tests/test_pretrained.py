@@ -114,6 +114,7 @@ def test_smollm2_greedy_says_paris(smollm2):
     assert smollm2.lm_head.weight is smollm2.tok_emb.weight
 
 
+@pytest.mark.slow  # tens of seconds: the full suite only
 def test_smollm2_logits_match_transformers_gguf_loader(smollm2):
     from transformers import LlamaForCausalLM
 

@@ -26,6 +26,7 @@ MAX_LINES = 600
 # generated code (tfcourse/reference/) is left out; these are data more than code: tables of
 # learner cells (the catalogues of wrong and correct answers, the hostile submissions)
 DATA = ("tests/catalogue/", "tests/adversarial/")
+EXAMPLES = {"docs/v1.2.md"}  # a made-up link in tests/test_text_numbers.py's sample text
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
@@ -160,3 +161,27 @@ def test_no_hand_written_module_is_over_600_lines():
             and not str(p.relative_to(ROOT)).startswith(DATA)
             and (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (split them by job): {long}"
+
+
+def test_every_document_a_file_cites_exists():
+    """A Markdown file named in the code, the docs or the notebooks is in the repository (found
+    from the repository root, docs/ or the citing file's folder); the team's design notes, kept
+    outside the repository, are never cited: users of the repository do not have them."""
+    import re
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.py", "*.md", "*.ipynb", "*.toml"],
+                           cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    notes = "/".join(("shared", "design"))
+    missing = []
+    for rel in files:
+        path = ROOT / rel
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert notes not in text, f"{rel} cites the team's notes ({notes})"
+        for cited in set(re.findall(r"[\w./-]*[\w-]\.md\b", text)) - EXAMPLES:
+            name = cited.lstrip("./")
+            if not any((base / name).is_file() for base in (ROOT, ROOT / "docs", path.parent)):
+                missing.append(f"{rel}: {cited}")
+    assert not missing, f"cited documents that do not exist: {missing}"

@@ -31,6 +31,9 @@ from tests.test_adversarial import _skip_reason, assert_verdict, build_submissio
 
 distributed = pytest.importorskip("distributed")
 
+# grades through the real grader (sandboxed children, batches): the full suite only, not the
+# inner loop (`pytest -m "not slow"`, CONTRIBUTING.md)
+pytestmark = pytest.mark.slow
 LIMITS = Limits(timeout=5, memory_mb=1536)
 HOSTILE = ("segfault", "patch_torch", "forge_channel", "peek", "background_process")
 CRASHER = "crasher"

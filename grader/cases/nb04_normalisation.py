@@ -7,7 +7,7 @@ with the reference solution on inputs drawn from the grader's seed: x of shape (
 compared with the reference computed in float64; float16 values of a few hundred, whose squares
 overflow float16, and bfloat16 values around 1000).
 
-Tolerances (docs/conventions.md, shared/design/peer-code.md): layer_norm keeps float64 in
+Tolerances (docs/conventions.md, "Where correct public code differs"): layer_norm keeps float64 in
 float64 and is judged at float64 tolerance; rms_norm, RMSNorm and rms_norm_backward may keep their
 statistics in float32 (HF LlamaRMSNorm, Meta's ``_norm(x.float())``), so their float64 cases are
 judged at float32 level (atol 1e-6, rtol 1e-5); float32 cases at float32 tolerance.

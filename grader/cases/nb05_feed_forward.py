@@ -9,7 +9,7 @@ Llama-rule widths, MoE with E = 2 … 8 and K = 1 … 3 (values, and the rows ea
 the sparse part), balance losses for several (N, E, K) and capacity routing. MoE is not run in
 half precision: rounding there could reorder near-equal router probabilities.
 
-Tolerances (docs/conventions.md, shared/design/peer-code.md): gelu, FeedForward and SwiGLU keep
+Tolerances (docs/conventions.md, "Where correct public code differs"): gelu, FeedForward and SwiGLU keep
 float64 in float64 and are judged at float64 tolerance; MoE, load_balancing_loss and
 route_with_capacity may take the router softmax in float32 (Hugging Face's Mixtral does), so their
 float64 cases are judged at float32 level (atol 1e-6, rtol 1e-5). Every routing input keeps a gap

@@ -111,9 +111,22 @@ def loopback_up() -> None:
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
 
 
+def in_own_user_namespace() -> bool:
+    """Whether this process runs in a user namespace of its own, not the machine's initial one
+    (whose uid_map maps every uid to itself: ``0 0 4294967295``)."""
+    try:
+        with open("/proc/self/uid_map", encoding="ascii") as fh:
+            return fh.read().split() != ["0", "0", "4294967295"]
+    except OSError:
+        return False
+
+
 def unshare_view(spec: dict) -> None:
     """Make the unshare sandbox's file view in this (new) mount namespace, as the module docstring
-    says, and go to its scratch folder; any failure exits 125."""
+    says, and go to its scratch folder; any failure exits 125. Refuses to run in the machine's own
+    user namespace, where its mounts would cover the machine's folders (run by hand as root)."""
+    if not in_own_user_namespace():
+        fail("the sandbox's view is made only inside a new user namespace (unshare --user); not run")
     try:
         fds = {}
         for path in spec["keep"] + ["/dev/null"]:

@@ -1,4 +1,5 @@
-"""Hostile submissions: one or more per kind of ``shared/design/grading-threats.md``.
+"""Hostile submissions: one or more per kind of attack in docs/grading.md
+("What a submission can try, and what happens").
 
 Each :class:`Hostile` is the solutions notebook of notebook 01 with one thing changed: one
 exercise's cell replaced by hostile code (``cells``), or the notebook file itself mangled
@@ -33,7 +34,7 @@ NOTEBOOK = "01_attention"
 EXERCISES = ("softmax", "softmax_jacobian", "scaled_dot_product_attention", "causal_mask", "padding_mask",
              "memory_efficient_attention")
 
-# Kinds, as the rows of grading-threats.md.
+# Kinds, as the rows of that table.
 KINDS = ("endless loop", "memory bomb", "process tricks", "output flood", "faking equality",
          "patching the judge", "forging the report", "peeking", "network", "broken notebooks",
          "environment drift", "unattempted")

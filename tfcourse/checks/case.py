@@ -2,14 +2,14 @@
 
 A :class:`Case` is one property of one exercise ("rows sum to 1", "matches torch's SDPA", "output
 at position t does not change when later tokens change"), described as plain-data calls plus a
-``judge`` function. The same case is used three ways (architecture.md, principle 2):
+``judge`` function. The same case is used three ways (docs/design.md, "one check, three uses"):
 
 * in a notebook, ``check_<name>(fn)`` runs the calls in-process and judges them;
 * in nbgrader's test cell, the same ``check_<name>`` call decides the cell's points;
 * in the grader, the calls run in a sandboxed child process and only the returned plain tensors
   come back; :func:`judge_case` then decides in the grading process, with the same messages.
 
-Feedback rules (architecture.md, principle 4): a failure says which property failed, the inputs to
+Feedback rules (docs/design.md, "feedback teaches"): a failure says which property failed, the inputs to
 reproduce it (shapes, dtype, seed), shape before values, the largest difference, where, and the
 tolerance, and at most one hint naming the likely mistake, in at most 8 lines. Hints come from
 :class:`Mistake` entries: known wrong implementations that are run on the same inputs; the hint is

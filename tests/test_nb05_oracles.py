@@ -23,11 +23,11 @@ from grader.cases import cases_for, reference_outcomes
 from tfcourse.checks.call import run_call
 from tfcourse.checks.case import judge_case
 from tfcourse.checks.nb05_feed_forward import check_SwiGLU
-from tfcourse.checks.nb05_feed_forward.cases import (
+from tfcourse.checks.nb05_feed_forward.cases import swiglu_state
+from tfcourse.checks.nb05_feed_forward.routing import (
     check_margin,
     circulant_logits,
     moe_inputs,
-    swiglu_state,
 )
 from tfcourse.checks.tolerance import HALF_TOLERANCE
 from tfcourse.reference import nb05_feed_forward as ref

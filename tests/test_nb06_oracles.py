@@ -27,8 +27,8 @@ import torch
 
 from tfcourse.checks.call import run_call
 from tfcourse.checks.case import judge_case
-from tfcourse.checks.nb06_kv_cache.cases import ROW_A, ROW_B, sampling_case
 from tfcourse.checks.nb06_kv_cache.mistakes import MISTAKES, SAMPLING
+from tfcourse.checks.nb06_kv_cache.sampling import ROW_A, ROW_B, sampling_case
 from tfcourse.device import single_thread
 from tfcourse.reference import nb06_kv_cache as ref
 

@@ -27,23 +27,25 @@ from tfcourse.checks.call import Call
 from tfcourse.checks.case import Case, Judge
 from tfcourse.checks.nb05_feed_forward import MISTAKES, NOTEBOOK
 from tfcourse.checks.nb05_feed_forward.cases import (
+    ffn_state,
+    hidden_dim_call,
+    judge_hidden_dim,
+    swiglu_state,
+    with_load_hints,
+)
+from tfcourse.checks.nb05_feed_forward.routing import (
     MARGIN,
     MOE_NAMES,
     ROUTE_NAMES,
     balance_grad_call,
     check_margin,
-    ffn_state,
-    hidden_dim_call,
     judge_balance_gradient,
-    judge_hidden_dim,
     judge_moe_gradient,
     judge_rows,
     moe_call,
     moe_grad_call,
     moe_inputs,
     router_tolerance,
-    swiglu_state,
-    with_load_hints,
 )
 from tfcourse.device import make_generator
 

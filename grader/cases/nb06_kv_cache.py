@@ -18,23 +18,24 @@ from collections.abc import Sequence
 
 import torch
 
-from tfcourse.checks.call import Call, Instance, Step
+from tfcourse.checks.call import INT_STEP, Call, Instance, Step
 from tfcourse.checks.case import Case, Judge, fmt_dtype
 from tfcourse.checks.nb06_kv_cache import MISTAKES, NOTEBOOK
 from tfcourse.checks.nb06_kv_cache.cases import (
     ATTN_TOL,
-    INT_STEP,
     attention_state,
     block_state,
     chunked_steps,
     error_hints,
     lm_state,
+)
+from tfcourse.checks.nb06_kv_cache.mistakes import filtered_probs
+from tfcourse.checks.nb06_kv_cache.sampling import (
     probe,
     record_case,
     require_ints,
     sampling_case,
 )
-from tfcourse.checks.nb06_kv_cache.mistakes import filtered_probs
 from tfcourse.device import make_generator
 
 from . import HiddenCases, tensors_judge

@@ -23,12 +23,11 @@ from tfcourse.checks.nb07_gqa_mla.cases import (
     ATTN_TOL,
     INT_STEP,
     LOADER,
-    absorb_forbidden,
     chunked_steps,
     gqa_state,
-    mla_state,
     with_errors,
 )
+from tfcourse.checks.nb07_gqa_mla.mla import absorb_forbidden, mla_state
 from tfcourse.device import make_generator
 
 from . import HiddenCases, tensors_judge

@@ -7,7 +7,12 @@ float32, in float64 or as complex numbers all pass, and a wrong frequency, pairi
 off by far more. Rotations are judged with oracles that do not hand out the answer: pairs as
 complex numbers multiplied by e^{iθ}, and the properties RoPE exists for (norms preserved,
 q_m·k_n depends on m − n only). ``permute_for_rotate_half`` is judged by the q·k scores it must
-preserve; ``alibi_slopes`` against Press et al.'s own ``get_slopes`` code (start · ratio^i).
+preserve.
+
+This module holds exercises 1-6 (the sinusoidal table, RoPE and its two pairings) and the helpers
+every case uses; relative.py the relative positions on the scores (ALiBi, T5's buckets), llama3.py
+the optional challenge. Each imports the one before it, so the exercises register in the
+notebook's order.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from ..protocol import NotebookChecks
 from ..shared import with_error_hints
 from .mistakes import HINT_HEAD_AXIS, MISTAKES
 
-__all__ = ["NOTEBOOK", "angle_atol", "bucket_oracle", "interleaved_oracle", "llama3_oracle", "press_slopes", "rope_oracle", "rope_tables64", "rotation_atol", "sinusoid64"]
+__all__ = ["F32", "F64", "NOTEBOOK", "angle_atol", "interleaved_oracle", "inv_freq64", "make_case", "require_value_error", "returned_tensor", "rope_oracle", "rope_tables64", "rotation_atol", "sinusoid64"]
 
 # Another exercise an answer calls and that fails its own check is replaced by the course's
 # version while the answer is checked: one bug costs points once (the grader does the same).
@@ -100,61 +105,6 @@ def max_angle(positions: torch.Tensor | int) -> float:
     return float(positions.abs().max()) if positions.numel() else 0.0
 
 
-def press_slopes(n: int) -> list[float]:
-    """Press et al.'s ``get_slopes`` (github.com/ofirpress/attention_with_linear_biases)."""
-    def power_of_2(n: int) -> list[float]:
-        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
-        return [start * start**i for i in range(n)]
-
-    if math.log2(n).is_integer():
-        return power_of_2(n)
-    closest = 2 ** math.floor(math.log2(n))
-    return power_of_2(closest) + press_slopes(2 * closest)[0::2][: n - closest]
-
-
-def alibi_oracle(num_heads: int, t_q: int, t_k: int | None = None) -> torch.Tensor:
-    s = t_q if t_k is None else t_k
-    slopes = torch.tensor(press_slopes(num_heads), dtype=F64)[:, None, None]
-    q_pos = torch.arange(t_q, dtype=F64)[:, None] + (s - t_q)
-    k_pos = torch.arange(s, dtype=F64)[None, :]
-    return -slopes * (q_pos - k_pos)
-
-
-def bucket_oracle(rel: torch.Tensor, bidirectional: bool = True, num_buckets: int = 32,
-                  max_distance: int = 128) -> torch.Tensor:
-    """T5's bucketing, as Hugging Face's ``T5Attention._relative_position_bucket`` writes it."""
-    buckets = torch.zeros(rel.shape, dtype=torch.long)
-    rel = rel.long()
-    if bidirectional:
-        num_buckets //= 2
-        buckets += (rel > 0).long() * num_buckets
-        rel = rel.abs()
-    else:
-        rel = -torch.min(rel, torch.zeros_like(rel))
-    max_exact = num_buckets // 2
-    large = max_exact + (torch.log(rel.float() / max_exact) / math.log(max_distance / max_exact)
-                         * (num_buckets - max_exact)).long()
-    large = torch.min(large, torch.full_like(large, num_buckets - 1))
-    return buckets + torch.where(rel < max_exact, rel, large)
-
-
-def llama3_oracle(head_dim: int, base: float = 500000.0, factor: float = 8.0, low_freq_factor: float = 1.0,
-                  high_freq_factor: float = 4.0, original_max_position_embeddings: int = 8192) -> torch.Tensor:
-    """Llama 3.1's scaled frequencies in float64 (Meta's apply_scaling, written per band)."""
-    old = original_max_position_embeddings
-    out = []
-    for f in inv_freq64(head_dim, base).tolist():
-        wavelen = 2 * math.pi / f
-        if wavelen < old / high_freq_factor:
-            out.append(f)
-        elif wavelen > old / low_freq_factor:
-            out.append(f / factor)
-        else:
-            s = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
-            out.append((1 - s) * f / factor + s * f)
-    return torch.tensor(out, dtype=F64)
-
-
 # ---------------------------------------------------------------------------------------------
 # helpers for judging
 # ---------------------------------------------------------------------------------------------
@@ -170,8 +120,8 @@ X_DTYPE_HINT_INTERLEAVED = ("return the dtype of x: compute the angles and the r
                             "then cast the result back with .to(x.dtype)")
 
 
-def _get(j: Judge, call: int = 0, index: int = 0, *, shape: Sequence[int], dtype: torch.dtype, n: int = 1,
-         names: Sequence[str] | None = None, hint: str = FLOAT32_HINT) -> torch.Tensor:
+def returned_tensor(j: Judge, call: int = 0, index: int = 0, *, shape: Sequence[int], dtype: torch.dtype, n: int = 1,
+                    names: Sequence[str] | None = None, hint: str = FLOAT32_HINT) -> torch.Tensor:
     """One returned tensor, after shape and device (Judge.tensor), then dtype with this exercise's hint."""
     t = j.tensor(call, index, n=n, names=names, shape=shape)
     if t.dtype != dtype:
@@ -180,7 +130,7 @@ def _get(j: Judge, call: int = 0, index: int = 0, *, shape: Sequence[int], dtype
     return t
 
 
-def _raises(j: Judge, what: str, hint: str, *, names: str | None = None) -> None:
+def require_value_error(j: Judge, what: str, hint: str, *, names: str | None = None) -> None:
     """The call must raise ValueError (whose message contains ``names`` when given)."""
     o = j.raised()
     if o is None:
@@ -192,8 +142,8 @@ def _raises(j: Judge, what: str, hint: str, *, names: str | None = None) -> None
                   f"`{names}`", hint=f"say which argument is wrong, e.g. f\"{names} = ... must be even\"")
 
 
-def _case(exercise: str, title: str, calls: list[Call], judge: Callable[[Judge], None], seed: int | None = None,
-          part: str = "core") -> Case:
+def make_case(exercise: str, title: str, calls: list[Call], judge: Callable[[Judge], None], seed: int | None = None,
+              part: str = "core") -> Case:
     if exercise == "apply_rope":
         judge = with_error_hints(judge, APPLY_ROPE_ERRORS)
     if exercise == "rope_cos_sin":
@@ -240,21 +190,21 @@ def _sinusoidal_cases() -> list[Case]:
 
     def table(t: int, d: int, base: float | None):
         def judge(j: Judge) -> None:
-            got = _get(j, shape=(t, d), dtype=F32)
+            got = returned_tensor(j, shape=(t, d), dtype=F32)
             j.close(got, sinusoid64(t, d, base or 10000.0), atol=angle_atol(max_angle(t)), rtol=0.0,
                     oracle="the float64 formula", tol_dtype=F32)
         return judge
 
-    cases.append(_case(name, "T = 64, D = 16: PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(…)",
-                       [Call(name, (64, 16))], table(64, 16, None)))
-    cases.append(_case(name, "T = 10, D = 6, base = 1000.0 (the base is a parameter)",
-                       [Call(name, (10, 6), {"base": 1000.0})], table(10, 6, 1000.0)))
-    cases.append(_case(name, "T = 1, D = 2: the single row is [sin 0, cos 0] = [0, 1]",
-                       [Call(name, (1, 2))], table(1, 2, None)))
+    cases.append(make_case(name, "T = 64, D = 16: PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(…)",
+                           [Call(name, (64, 16))], table(64, 16, None)))
+    cases.append(make_case(name, "T = 10, D = 6, base = 1000.0 (the base is a parameter)",
+                           [Call(name, (10, 6), {"base": 1000.0})], table(10, 6, 1000.0)))
+    cases.append(make_case(name, "T = 1, D = 2: the single row is [sin 0, cos 0] = [0, 1]",
+                           [Call(name, (1, 2))], table(1, 2, None)))
 
     def odd(j: Judge) -> None:
-        _raises(j, "d_model = 7", "check d_model % 2 first and raise ValueError naming d_model: sin and cos "
-                "fill pairs of columns", names="d_model")
+        require_value_error(j, "d_model = 7", "check d_model % 2 first and raise ValueError naming d_model: sin "
+                            "and cos fill pairs of columns", names="d_model")
 
     cases.append(Case(name, "d_model = 7 (odd): raises ValueError naming d_model", [Call(name, (5, 7))], odd))
     return cases
@@ -275,25 +225,25 @@ def _rope_cos_sin_cases() -> list[Case]:
         def judge(j: Judge) -> None:
             want = rope_tables64(positions, dh, base)
             shape = (*positions.shape, dh)
-            got = [_get(j, 0, i, n=2, names=names, shape=shape, dtype=F32) for i in range(2)]
+            got = [returned_tensor(j, 0, i, n=2, names=names, shape=shape, dtype=F32) for i in range(2)]
             for i in range(2):
                 j.close(got[i], want[i], name=names[i], index=i, atol=angle_atol(max_angle(positions)),
                         rtol=0.0, oracle="the float64 formula", tol_dtype=F32)
         return judge
 
     p1 = torch.arange(16)
-    cases.append(_case(name, "positions 0 … 15, Dh = 8: (T, Dh) tables of cat(freqs, freqs)",
-                       [Call(name, (p1, 8))], tables(p1, 8, 10000.0)))
+    cases.append(make_case(name, "positions 0 … 15, Dh = 8: (T, Dh) tables of cat(freqs, freqs)",
+                           [Call(name, (p1, 8))], tables(p1, 8, 10000.0)))
     p2 = torch.tensor([[0, 1, 2, 3, 4, 5], [7, 3, 3, 100, 9, 0]])
-    cases.append(_case(name, "per-sequence positions (B, T) = (2, 6), Dh = 6, base = 500.0",
-                       [Call(name, (p2, 6), {"base": 500.0})], tables(p2, 6, 500.0)))
+    cases.append(make_case(name, "per-sequence positions (B, T) = (2, 6), Dh = 6, base = 500.0",
+                           [Call(name, (p2, 6), {"base": 500.0})], tables(p2, 6, 500.0)))
     p3 = torch.arange(40, 45, dtype=torch.int32)
-    cases.append(_case(name, "int32 positions 40 … 44 (5 new tokens after 40 cached ones), Dh = 4",
-                       [Call(name, (p3, 4))], tables(p3, 4, 10000.0)))
+    cases.append(make_case(name, "int32 positions 40 … 44 (5 new tokens after 40 cached ones), Dh = 4",
+                           [Call(name, (p3, 4))], tables(p3, 4, 10000.0)))
 
     def odd(j: Judge) -> None:
-        _raises(j, "head_dim = 7", "check head_dim % 2 first and raise ValueError: RoPE rotates pairs of "
-                "channels")
+        require_value_error(j, "head_dim = 7", "check head_dim % 2 first and raise ValueError: RoPE rotates pairs of "
+                            "channels")
 
     cases.append(Case(name, "head_dim = 7 (odd): raises ValueError",
                       [Call(name, (torch.arange(3), 7))], odd))
@@ -321,10 +271,10 @@ def _rotate_half_cases() -> list[Case]:
         x = _x(seed, *shape, dtype=dtype)
 
         def judge(j: Judge, x=x) -> None:
-            got = _get(j, shape=x.shape, dtype=x.dtype, hint="return the dtype of x (torch.cat keeps it)")
+            got = returned_tensor(j, shape=x.shape, dtype=x.dtype, hint="return the dtype of x (torch.cat keeps it)")
             j.close(got, _times_i(x), atol=0.0, rtol=0.0, oracle="expected")
 
-        cases.append(_case(name, f"{what}: cat(−x2, x1), exactly", [Call(name, (x,))], judge, seed=seed))
+        cases.append(make_case(name, f"{what}: cat(−x2, x1), exactly", [Call(name, (x,))], judge, seed=seed))
     return cases
 
 
@@ -340,45 +290,45 @@ def _apply_rope_cases() -> list[Case]:
 
     def value(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         def judge(j: Judge) -> None:
-            got = _get(j, shape=x.shape, dtype=x.dtype, hint=X_DTYPE_HINT)
+            got = returned_tensor(j, shape=x.shape, dtype=x.dtype, hint=X_DTYPE_HINT)
             j.close(got, rope_oracle(x, cos, sin), tol_dtype=x.dtype, oracle="the rotated pairs")
         return judge
 
     x1 = _x(401, 2, 3, 6, 8)
     c1, s1 = rope_tables32(torch.arange(10, 16), 8)
-    cases.append(_case(name, "x (2, 3, 6, 8) float64, (T, Dh) float32 tables of positions 10 … 15",
-                       [Call(name, (x1, c1, s1))], value(x1, c1, s1), seed=401))
+    cases.append(make_case(name, "x (2, 3, 6, 8) float64, (T, Dh) float32 tables of positions 10 … 15",
+                           [Call(name, (x1, c1, s1))], value(x1, c1, s1), seed=401))
     x2 = _x(402, 1, 4, 5, 16, dtype=F32)
     c2, s2 = rope_tables32(torch.arange(5), 16)
-    cases.append(_case(name, "x (1, 4, 5, 16) float32, tables of positions 0 … 4",
-                       [Call(name, (x2, c2, s2))], value(x2, c2, s2), seed=402))
+    cases.append(make_case(name, "x (1, 4, 5, 16) float32, tables of positions 0 … 4",
+                           [Call(name, (x2, c2, s2))], value(x2, c2, s2), seed=402))
 
     pos3 = torch.tensor([0, 3, 17, 100, 250, 999, 2000])
     x3 = _x(403, 2, 2, 7, 8)
     c3, s3 = rope_tables32(pos3, 8)
 
     def norms(j: Judge, x=x3) -> None:
-        got = _get(j, shape=x.shape, dtype=x.dtype, hint=X_DTYPE_HINT)
+        got = returned_tensor(j, shape=x.shape, dtype=x.dtype, hint=X_DTYPE_HINT)
         before, after = x.norm(dim=-1), got.double().norm(dim=-1)
         j.close(after, before, name="‖output‖ per vector", atol=1e-6, rtol=1e-6, oracle="‖x‖")
 
-    cases.append(_case(name, "a rotation: every (b, h, t) vector keeps its norm (positions up to 2000)",
-                       [Call(name, (x3, c3, s3))], norms, seed=403))
+    cases.append(make_case(name, "a rotation: every (b, h, t) vector keeps its norm (positions up to 2000)",
+                           [Call(name, (x3, c3, s3))], norms, seed=403))
     cases.append(_relative_case(name, 404, lambda x, p: Call(name, (x, *rope_tables32(p, x.shape[-1])))))
 
     x5 = _x(405, 3, 3, 4, 8)  # B = H = 3
     pos5 = torch.tensor([[0, 1, 2, 3], [5, 6, 7, 8], [2, 9, 4, 1]])
     c5, s5 = rope_tables32(pos5, 8)
-    cases.append(_case(name, "(B, T, Dh) tables of per-sequence positions, x (3, 3, 4, 8): B = H = 3",
-                       [Call(name, (x5, c5, s5))], value(x5, c5, s5), seed=405, part="batched"))
+    cases.append(make_case(name, "(B, T, Dh) tables of per-sequence positions, x (3, 3, 4, 8): B = H = 3",
+                           [Call(name, (x5, c5, s5))], value(x5, c5, s5), seed=405, part="batched"))
     x6 = _x(406, 2, 5, 3, 4, dtype=F32)
     c6, s6 = rope_tables32(torch.tensor([[4, 5, 6], [0, 0, 1]]), 4)
-    cases.append(_case(name, "(B, T, Dh) tables, x (2, 5, 3, 4) float32 (B ≠ H)",
-                       [Call(name, (x6, c6, s6))], value(x6, c6, s6), seed=406, part="batched"))
+    cases.append(make_case(name, "(B, T, Dh) tables, x (2, 5, 3, 4) float32 (B ≠ H)",
+                           [Call(name, (x6, c6, s6))], value(x6, c6, s6), seed=406, part="batched"))
     x7 = _x(407, 2, 3, 6, 16, dtype=F32).to(F16)
     c7, s7 = rope_tables32(torch.tensor([[0, 5, 60, 61, 200, 300], [7, 8, 9, 10, 11, 12]]), 16)
-    cases.append(_case(name, "half precision: x (2, 3, 6, 16) float16, (B, T, Dh) float32 tables; the output "
-                       "stays float16", [Call(name, (x7, c7, s7))], value(x7, c7, s7), seed=407, part="batched"))
+    cases.append(make_case(name, "half precision: x (2, 3, 6, 16) float16, (B, T, Dh) float32 tables; the output "
+                           "stays float16", [Call(name, (x7, c7, s7))], value(x7, c7, s7), seed=407, part="batched"))
     return cases
 
 
@@ -391,8 +341,8 @@ def _relative_case(name: str, seed: int, make: Callable[[torch.Tensor, torch.Ten
     p = torch.tensor([0, 1, 4, 9, 30])
 
     def judge(j: Judge) -> None:
-        a = _get(j, 0, shape=x.shape, dtype=x.dtype, hint=X_DTYPE_HINT).double()
-        b = _get(j, 1, shape=x.shape, dtype=x.dtype, hint=X_DTYPE_HINT).double()
+        a = returned_tensor(j, 0, shape=x.shape, dtype=x.dtype, hint=X_DTYPE_HINT).double()
+        b = returned_tensor(j, 1, shape=x.shape, dtype=x.dtype, hint=X_DTYPE_HINT).double()
         sa, sb = a[0] @ a[1].transpose(-2, -1), b[0] @ b[1].transpose(-2, -1)  # (H, T, T) scores q_m·k_n
         scale = float(x[0].norm(dim=-1).max() * x[1].norm(dim=-1).max())
         j.close(sb, sa, name=f"scores q_(m+{shift})·k_(n+{shift})", atol=angle_atol(2 * (shift + 30)) * scale,
@@ -401,8 +351,8 @@ def _relative_case(name: str, seed: int, make: Callable[[torch.Tensor, torch.Ten
         j.require(bool(rotated > 1e-3), "the output equals x: nothing was rotated (scores of unrotated "
                   "vectors do not depend on positions at all)", call=0)
 
-    return _case(name, f"relative positions: shifting every position by {shift} leaves q_m·k_n unchanged",
-                 [make(x, p), make(x, p + shift)], judge, seed=seed)
+    return make_case(name, f"relative positions: shifting every position by {shift} leaves q_m·k_n unchanged",
+                     [make(x, p), make(x, p + shift)], judge, seed=seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,7 +367,7 @@ def _interleaved_cases() -> list[Case]:
 
     def value(x: torch.Tensor, positions: torch.Tensor, base: float | None):
         def judge(j: Judge) -> None:
-            got = _get(j, shape=x.shape, dtype=x.dtype, hint=X_DTYPE_HINT_INTERLEAVED)
+            got = returned_tensor(j, shape=x.shape, dtype=x.dtype, hint=X_DTYPE_HINT_INTERLEAVED)
             if x.dtype == F16:  # float16 rounding dominates the angle's
                 j.close(got, interleaved_oracle(x, positions, base or 10000.0), tol_dtype=F16,
                         oracle="the rotated pairs")
@@ -428,32 +378,32 @@ def _interleaved_cases() -> list[Case]:
 
     x1 = _x(501, 2, 3, 6, 8, dtype=F32)
     p1 = torch.arange(7, 13)
-    cases.append(_case(name, "x (2, 3, 6, 8) float32, positions 7 … 12", [Call(name, (x1, p1))],
-                       value(x1, p1, None), seed=501))
+    cases.append(make_case(name, "x (2, 3, 6, 8) float32, positions 7 … 12", [Call(name, (x1, p1))],
+                           value(x1, p1, None), seed=501))
     x2 = _x(502, 3, 3, 5, 6, dtype=F32)  # B = H = 3
     p2 = torch.tensor([[0, 1, 2, 3, 4], [9, 8, 7, 6, 5], [3, 3, 40, 41, 42]])
-    cases.append(_case(name, "per-sequence positions (3, 5), x (3, 3, 5, 6) float32, base = 500.0",
-                       [Call(name, (x2, p2), {"base": 500.0})], value(x2, p2, 500.0), seed=502))
+    cases.append(make_case(name, "per-sequence positions (3, 5), x (3, 3, 5, 6) float32, base = 500.0",
+                           [Call(name, (x2, p2), {"base": 500.0})], value(x2, p2, 500.0), seed=502))
     x3 = _x(503, 1, 2, 40, 16)
     p3 = torch.arange(40) * 25
-    cases.append(_case(name, "x float64, positions 0, 25, … 975: float32-level tolerance grown with the angle",
-                       [Call(name, (x3, p3))], value(x3, p3, None), seed=503))
+    cases.append(make_case(name, "x float64, positions 0, 25, … 975: float32-level tolerance grown with the angle",
+                           [Call(name, (x3, p3))], value(x3, p3, None), seed=503))
 
     x4 = _x(504, 2, 2, 7, 8)
     p4 = torch.tensor([0, 3, 17, 100, 250, 999, 2000])
 
     def norms(j: Judge, x=x4) -> None:
-        got = _get(j, shape=x.shape, dtype=x.dtype, hint="return the dtype of x")
+        got = returned_tensor(j, shape=x.shape, dtype=x.dtype, hint="return the dtype of x")
         j.close(got.double().norm(dim=-1), x.norm(dim=-1), name="‖output‖ per vector", atol=1e-6, rtol=1e-6,
                 oracle="‖x‖")
 
-    cases.append(_case(name, "a rotation: every (b, h, t) vector keeps its norm (positions up to 2000)",
-                       [Call(name, (x4, p4))], norms, seed=504))
+    cases.append(make_case(name, "a rotation: every (b, h, t) vector keeps its norm (positions up to 2000)",
+                           [Call(name, (x4, p4))], norms, seed=504))
     cases.append(_relative_case(name, 505, lambda x, p: Call(name, (x, p))))
     x6 = _x(506, 2, 3, 6, 16, dtype=F32).to(F16)
     p6 = torch.tensor([[0, 5, 60, 61, 200, 300], [7, 8, 9, 10, 11, 12]])
-    cases.append(_case(name, "half precision: x (2, 3, 6, 16) float16, positions (2, 6) up to 300; angles in "
-                       "float32, output float16", [Call(name, (x6, p6))], value(x6, p6, None), seed=506))
+    cases.append(make_case(name, "half precision: x (2, 3, 6, 16) float16, positions (2, 6) up to 300; angles in "
+                           "float32, output float16", [Call(name, (x6, p6))], value(x6, p6, None), seed=506))
     return cases
 
 
@@ -493,185 +443,34 @@ def _permute_cases() -> list[Case]:
     x = _x(603, 9, d)
 
     def scores(j: Judge) -> None:
-        pq = _get(j, 0, shape=wq.shape, dtype=F64, hint="return the dtype of weight")
-        pk = _get(j, 1, shape=wk.shape, dtype=F64, hint="return the dtype of weight")
+        pq = returned_tensor(j, 0, shape=wq.shape, dtype=F64, hint="return the dtype of weight")
+        pk = returned_tensor(j, 1, shape=wk.shape, dtype=F64, hint="return the dtype of weight")
         j.close(_scores(x, pq, pk, heads, "rotate-half"), _scores(x, wq, wk, heads, "interleaved"),
                 name="scores (rotate-half, permuted W)", call=0, oracle="scores (interleaved, W)")
 
-    cases.append(_case(name, "H = 3, Dh = 8: rotate-half RoPE on x @ W_permᵀ gives the q·k scores of "
-                       "interleaved RoPE on x @ Wᵀ", [Call(name, (wq, heads)), Call(name, (wk, heads))], scores,
-                       seed=601))
+    cases.append(make_case(name, "H = 3, Dh = 8: rotate-half RoPE on x @ W_permᵀ gives the q·k scores of "
+                           "interleaved RoPE on x @ Wᵀ", [Call(name, (wq, heads)), Call(name, (wk, heads))], scores,
+                           seed=601))
     w2 = _x(604, 2 * 6, 5, dtype=F32)
 
     def rows(j: Judge, w=w2) -> None:
-        got = _get(j, shape=w.shape, dtype=F32, hint="return the dtype of weight")
+        got = returned_tensor(j, shape=w.shape, dtype=F32, hint="return the dtype of weight")
         j.close(got, w[_permutation_rows(12, 2)], atol=0.0, rtol=0.0,
                 oracle="rows 0, 2, 4, 1, 3, 5 of each head (exactly)")
 
-    cases.append(_case(name, "H = 2, Dh = 6, D = 5, float32: within each head rows 0, 2, 4, then 1, 3, 5",
-                       [Call(name, (w2, 2))], rows, seed=604))
+    cases.append(make_case(name, "H = 2, Dh = 6, D = 5, float32: within each head rows 0, 2, 4, then 1, 3, 5",
+                           [Call(name, (w2, 2))], rows, seed=604))
 
     def bad_heads(j: Judge) -> None:
-        _raises(j, "weight (10, 4), num_heads = 3", "raise ValueError when weight.shape[0] is not divisible "
-                "by num_heads")
+        require_value_error(j, "weight (10, 4), num_heads = 3", "raise ValueError when weight.shape[0] is not "
+                            "divisible by num_heads")
 
     cases.append(Case(name, "10 rows, num_heads = 3: raises ValueError", [Call(name, (_x(605, 10, 4), 3))],
                       bad_heads))
 
     def odd(j: Judge) -> None:
-        _raises(j, "weight (6, 4), num_heads = 2 (Dh = 3)", "raise ValueError when the head width "
-                "weight.shape[0] // num_heads is odd: RoPE rotates pairs")
+        require_value_error(j, "weight (6, 4), num_heads = 2 (Dh = 3)", "raise ValueError when the head width "
+                            "weight.shape[0] // num_heads is odd: RoPE rotates pairs")
 
     cases.append(Case(name, "Dh = 3 (odd): raises ValueError", [Call(name, (_x(606, 6, 4), 2))], odd))
     return cases
-
-
-# ---------------------------------------------------------------------------------------------
-# 7. alibi_slopes
-# ---------------------------------------------------------------------------------------------
-@NOTEBOOK.exercise("alibi_slopes", parts=("core", "other_head_counts"))
-def _slopes_cases() -> list[Case]:
-    """Check ``alibi_slopes(num_heads)`` against Press et al.'s code: part "core" (powers of two) or
-    "other_head_counts" (6, 12, 20 heads, and ValueError for 0); None checks both."""
-    name = "alibi_slopes"
-
-    def slopes(counts: Sequence[int]):
-        def judge(j: Judge) -> None:
-            for call, h in enumerate(counts):
-                got = _get(j, call, shape=(h,), dtype=F32)
-                j.close(got, torch.tensor(press_slopes(h), dtype=F64), name=f"slopes for H = {h}", call=call,
-                        atol=1e-8, rtol=1e-6, oracle="Press et al.", tol_dtype=F32)
-        return judge
-
-    powers, others = (1, 2, 4, 8, 16), (6, 12, 20)
-
-    def bad(j: Judge) -> None:
-        _raises(j, "num_heads = 0", "raise ValueError when num_heads < 1")
-
-    return [
-        _case(name, "H = 1, 2, 4, 8, 16 (powers of two): 2^(−8h/H) for h = 1 … H",
-              [Call(name, (h,)) for h in powers], slopes(powers)),
-        _case(name, "H = 6, 12, 20: the slopes of the power of two below, then every other slope of twice it",
-              [Call(name, (h,)) for h in others], slopes(others), part="other_head_counts"),
-        Case(name, "num_heads = 0: raises ValueError", [Call(name, (0,))], bad, part="other_head_counts"),
-    ]
-
-
-# ---------------------------------------------------------------------------------------------
-# 8. alibi_bias
-# ---------------------------------------------------------------------------------------------
-@NOTEBOOK.exercise("alibi_bias")
-def _bias_cases() -> list[Case]:
-    """Check ``alibi_bias(num_heads, t_q, t_k=None)`` = −slope·(q_pos − k_pos), bottom-right positions."""
-    name = "alibi_bias"
-    cases = []
-    for h, t_q, t_k, what in ((4, 5, None, "H = 4, T = S = 5"),
-                              (6, 3, 7, "H = 6, T = 3 queries, S = 7 keys (4 cached)"),
-                              (8, 1, 6, "H = 8, one query (a decode step), S = 6")):
-        s = t_q if t_k is None else t_k
-
-        def judge(j: Judge, h=h, t_q=t_q, t_k=t_k, s=s) -> None:
-            got = _get(j, shape=(h, t_q, s), dtype=F32)
-            j.close(got, alibi_oracle(h, t_q, t_k), oracle="the definition",
-                    tol_dtype=F32)
-
-        args = (h, t_q) if t_k is None else (h, t_q, t_k)
-        cases.append(_case(name, f"{what}: −slope_h · (q_pos − k_pos), bottom-right positions",
-                           [Call(name, args)], judge))
-    return cases
-
-
-# ---------------------------------------------------------------------------------------------
-# 9. relative_position_bucket
-# ---------------------------------------------------------------------------------------------
-def _bucket_judge(bidirectional: bool, num_buckets: int, max_distance: int, call: int = 0):
-    def judge(j: Judge) -> None:
-        rel = j.case.calls[call].args[0]
-        got = _get(j, call, shape=rel.shape, dtype=torch.long, hint="return torch.long bucket indices "
-                   "(.long() at the end; torch.where of int32 and int64 gives int64)")
-        lo, hi = int(got.min()), int(got.max())
-        j.require(lo >= 0 and hi < num_buckets, f"buckets range {lo} … {hi}; they must lie in [0, "
-                  f"{num_buckets}) for num_buckets = {num_buckets}", call=call)
-        want = bucket_oracle(rel, bidirectional, num_buckets, max_distance)
-        wrong = (got != want).nonzero()
-        if len(wrong):
-            idx = tuple(int(i) for i in wrong[0])
-            j.fail(f"{len(wrong)} of {got.numel()} buckets differ; first at relative_position = "
-                   f"{int(rel[idx])}: got {int(got[idx])}, expected {int(want[idx])}",
-                   hint=j.mistake_hint(call))
-    return judge
-
-
-def _bucket_properties(j: Judge) -> None:
-    """Defaults, bidirectional: range, exact region, monotone, saturated at max_distance."""
-    rel = j.case.calls[0].args[0]
-    got = _get(j, shape=rel.shape, dtype=torch.long, hint="return torch.long bucket indices")
-    lo, hi = int(got.min()), int(got.max())
-    j.require(lo >= 0 and hi < 32, f"buckets range {lo} … {hi}; they must lie in [0, 32) for num_buckets = 32")
-    for d, b in zip(rel.tolist(), got.tolist(), strict=True):
-        want = (16 if d > 0 else 0) + abs(d)
-        if abs(d) < 8 and b != want:
-            j.require(False, f"relative_position = {d} is in the exact region (|d| < 8 = num_buckets // 4): "
-                      f"expected bucket {want}, got {b}")
-    for positive, offset in ((True, 16), (False, 0)):
-        side = rel > 0 if positive else rel <= 0
-        dist, order = rel[side].abs().sort()
-        seq = got[side][order]
-        drops = (seq[1:] < seq[:-1]).nonzero().flatten()
-        which = "positive" if positive else "negative"
-        j.require(len(drops) == 0, f"buckets of {which} distances must not decrease as |distance| grows; they "
-                  f"do at |distance| = {int(dist[int(drops[0]) + 1]) if len(drops) else 0}")
-        far = seq[dist >= 128]
-        j.require(bool((far == offset + 15).all()), f"every {which} distance with |d| ≥ max_distance = 128 "
-                  f"shares the last bucket {offset + 15}; got {sorted(set(far.tolist()))[:6]}")
-
-
-@NOTEBOOK.exercise("relative_position_bucket", parts=("core", "unidirectional"))
-def _bucket_cases() -> list[Case]:
-    """Check ``relative_position_bucket(relative_position, bidirectional=True, num_buckets=32,
-    max_distance=128)`` against T5's buckets and their properties: part "core" (bidirectional) or
-    "unidirectional"; None checks both."""
-    name = "relative_position_bucket"
-    wide = torch.arange(-200, 201)
-    grid = torch.arange(9)[None, :] - torch.arange(6)[:, None] * 7  # key − query, (6, 9)
-    past = torch.arange(-300, 40)
-    return [
-        _case(name, "relative positions −200 … 200, defaults: buckets in [0, 32), exact below 8, monotone in "
-              "|distance|, saturated from 128 on", [Call(name, (wide,))], _bucket_properties),
-        _case(name, "relative positions −200 … 200, defaults: equal to T5's buckets",
-              [Call(name, (wide,))], _bucket_judge(True, 32, 128)),
-        _case(name, "a (6, 9) grid of key − query positions, num_buckets = 16, max_distance = 40",
-              [Call(name, (grid,), {"num_buckets": 16, "max_distance": 40})], _bucket_judge(True, 16, 40)),
-        # each unidirectional case also runs the answer bidirectionally (not judged there): it tells a
-        # key − query sign error apart from keeping future keys, which agree when unidirectional
-        _case(name, "bidirectional=False, −300 … 39, defaults: future keys in bucket 0, past ones in 0 … 31",
-              [Call(name, (wide,)), Call(name, (past,), {"bidirectional": False})],
-              _bucket_judge(False, 32, 128, call=1), part="unidirectional"),
-        _case(name, "bidirectional=False, num_buckets = 8, max_distance = 20",
-              [Call(name, (wide,)), Call(name, (past,), {"bidirectional": False, "num_buckets": 8,
-                                                         "max_distance": 20})],
-              _bucket_judge(False, 8, 20, call=1), part="unidirectional"),
-    ]
-
-
-# ---------------------------------------------------------------------------------------------
-# 10. llama3_inv_freq (optional challenge)
-# ---------------------------------------------------------------------------------------------
-@NOTEBOOK.exercise("llama3_inv_freq")
-def _llama3_cases() -> list[Case]:
-    """Check ``llama3_inv_freq(head_dim, ...)`` (optional challenge) against Meta's apply_scaling."""
-    name = "llama3_inv_freq"
-    cases = []
-    for args, kwargs, what in (((128,), {}, "Dh = 128, Llama 3.1's defaults"),
-                               ((64,), {"base": 10000.0, "factor": 4.0, "low_freq_factor": 1.0,
-                                        "high_freq_factor": 2.0, "original_max_position_embeddings": 1024},
-                                "Dh = 64, base 10000, factor 4, high_freq_factor 2, 1024 original positions")):
-        def judge(j: Judge, args=args, kwargs=kwargs) -> None:
-            want = llama3_oracle(*args, **kwargs)
-            got = _get(j, shape=want.shape, dtype=F32)
-            j.close(got, want, atol=0.0, rtol=1e-5, oracle="Meta's apply_scaling", tol_dtype=F32)
-
-        cases.append(_case(name, f"{what}: (Dh/2,) scaled frequencies", [Call(name, args, kwargs)], judge))
-    return cases
-
-

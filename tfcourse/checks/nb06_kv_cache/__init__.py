@@ -3,10 +3,11 @@
 Each ``check_<name>(obj)`` runs the visible cases of exercise ``<name>`` in this process and prints
 one line when they pass; the grader runs the same cases (plus hidden ones that compare with the
 reference solution where the answer is deterministic) in a sandbox. ``cases.py`` holds the cases
-and their oracles (the attention, block and model written with torch's own pieces and run on the
-whole sequence: cached == uncached; sampling frequencies against the softmax of the filtered
-logits), ``mistakes.py`` the catalogue of known wrong implementations whose hints the feedback
-shows, ``probes.py`` the tiny deterministic model ``generate`` is checked on.
+of exercises 1-4 and their oracles (the attention, block and model written with torch's own pieces
+and run on the whole sequence: cached == uncached), ``sampling.py`` those of the decoding
+exercises 5-8 (sampling frequencies against the softmax of the filtered logits), ``mistakes.py``
+the catalogue of known wrong implementations whose hints the feedback shows (their words in
+``hint_texts.py``), ``probes.py`` the tiny deterministic model ``generate`` is checked on.
 
 Call graph (one bug costs points once): the cases build the learner's ``KVCache`` for
 ``CausalSelfAttention``, ``DecoderBlock`` and ``DecoderLM`` (and ``generate`` builds its own);
@@ -19,7 +20,9 @@ namespace holds.
 
 from __future__ import annotations
 
+from . import sampling  # noqa: F401 - registers exercises 5-8 after cases.py's, as in the notebook
 from .cases import NOTEBOOK
-from .mistakes import HINTS, MISTAKES
+from .hint_texts import HINTS
+from .mistakes import MISTAKES
 
 __all__ = ["HINTS", "MISTAKES", "NOTEBOOK", *NOTEBOOK.export(globals())]

@@ -16,17 +16,15 @@ The checks judge without the course's solutions (a learner's environment need no
   tiny LlamaDecoders (``probes.divergence_model``) with a bug at a known block, where the answer is
   known by construction; ``attention_rollout`` against a product written with ``torch.linalg``.
 
-The oracles of the real models are computed once per process (functools.cache).
+The ``transformers`` oracles are in oracles.py (each computed once per process). This module holds
+the helpers every case uses and exercises 1-3 (the two loaders, ``mean_pool``); debugging.py
+exercises 4-5 (``first_divergent_layer``, ``attention_rollout``), which register after these (it
+imports this module).
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import io
-import os
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 
@@ -35,20 +33,22 @@ from ..case import Case, Judge, fmt_dtype
 from ..protocol import NotebookChecks
 from . import probes
 from .mistakes import HINTS, MISTAKES
+from .oracles import (
+    MINILM_BATCH,
+    SMOLLM2_PROMPT,
+    hf_bert_hidden,
+    hf_llama_logits,
+    minilm_oracle_hidden,
+    smollm2_oracle_logits,
+)
 
-__all__ = ["NOTEBOOK", "PROBES", "SMOLLM2_PROMPT", "MINILM_BATCH", "decoder_case", "divergence_case",
-           "encoder_case", "hf_llama_logits"]
+__all__ = ["NOTEBOOK", "PROBES", "decoder_case", "encoder_case", "errors_case", "make_case", "step_tensors",
+           "well_formed_file_raised"]
 
 NOTEBOOK = NotebookChecks("08_real_weights")
 
 
 PROBES = "tfcourse.checks.nb08_real_weights.probes:"
-# "The capital of France is" in SmolLM2's tokenizer
-SMOLLM2_PROMPT = torch.tensor([[504, 3575, 282, 4649, 314]])
-# "The cat sat on the mat." / "A quick test" in MiniLM's tokenizer, padded
-MINILM_BATCH = (torch.tensor([[101, 1996, 4937, 2938, 2006, 1996, 13523, 1012, 102],
-                              [101, 1037, 4248, 3231, 102, 0, 0, 0, 0]]),
-                torch.tensor([[1] * 9, [1] * 5 + [0] * 4]))
 DECODER_ATOL = 1e-4
 ENCODER_ATOL = 1e-5
 # The real models are compared in float32 with atol + REAL_RTOL·|expected|: float32 rounding alone
@@ -73,8 +73,8 @@ _HF_BERT = {"blocks.0.attn.q_proj.weight": "encoder.layer.0.attention.self.query
             "type_emb.weight": "embeddings.token_type_embeddings.weight"}
 
 
-def _case(exercise: str, title: str, calls: list[Call], judge: Callable[[Judge], None], *, seed: int | None = None,
-          part: str = "core", mistakes: bool = True) -> Case:
+def make_case(exercise: str, title: str, calls: list[Call], judge: Callable[[Judge], None], *, seed: int | None = None,
+              part: str = "core", mistakes: bool = True) -> Case:
     return Case(exercise, title, calls, judge, seed=seed, mistakes=MISTAKES[exercise] if mistakes else (), part=part)
 
 
@@ -138,149 +138,12 @@ def errors_case(exercise: str, calls: list[Call], must_name: list[tuple[str, ...
                 j.fail(f"{what[i]}: the ValueError says {o.error_message.strip()[:100]!r}; it must name the "
                        f"tensor ({' or '.join(must_name[i])})")
 
-    return _case(exercise, "ValueError naming the tensor: " + "; ".join(what), calls, judge, part=part)
-
-
-_IMPORT_LOCK = threading.Lock()
-
-
-def _import_transformers() -> None:
-    """Import the transformers classes the oracles use, once, under a lock: transformers' lazy
-    module is not thread-safe, and the grader judges two submissions in parallel threads (two
-    first imports at once raised "cannot import name 'LlamaConfig'")."""
-    with _IMPORT_LOCK:
-        from transformers import (  # noqa: F401
-            BertConfig,
-            BertModel,
-            LlamaConfig,
-            LlamaForCausalLM,
-            modeling_gguf_pytorch_utils,
-        )
-
-
-@contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """No progress bars or warnings from transformers while an oracle loads (nothing downloaded)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    _import_transformers()
-    from transformers.utils import logging as hf_logging
-
-    bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):  # load_gguf_checkpoint's own tqdm bar
-            yield
-    finally:
-        hf_logging.set_verbosity(level)
-        if bars:
-            hf_logging.enable_progress_bar()
+    return make_case(exercise, "ValueError naming the tensor: " + "; ".join(what), calls, judge, part=part)
 
 
 # ---------------------------------------------------------------------------------------------
 # load_decoder_weights
 # ---------------------------------------------------------------------------------------------
-def _hf_llama(config: dict, state: dict[str, torch.Tensor] | None, dtype: torch.dtype):
-    _import_transformers()
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    c = LlamaConfig(vocab_size=config["vocab_size"], hidden_size=config["d_model"],
-                    intermediate_size=config["d_ff"], num_hidden_layers=config["num_layers"],
-                    num_attention_heads=config["num_heads"], num_key_value_heads=config["num_kv_heads"],
-                    head_dim=config["d_model"] // config["num_heads"], rope_theta=config["rope_theta"],
-                    rms_norm_eps=config["eps"], tie_word_embeddings=config["tie_embeddings"],
-                    max_position_embeddings=4096, attn_implementation="eager")
-    with torch.random.fork_rng(devices=[]):
-        model = LlamaForCausalLM(c)
-    if state is not None:
-        model.load_state_dict(state, strict=not config["tie_embeddings"])
-    return model.to(dtype).eval()
-
-
-def _hf_llama_assigned(config: dict, state: dict[str, torch.Tensor]):
-    """_hf_llama's float32 model built on the meta device and given ``state``'s tensors by
-    assignment: no random initialisation of 135M parameters that are overwritten anyway (seconds
-    of CPU in the notebook's check cell); the rotary buffers, not in the state, are rebuilt."""
-    with torch.device("meta"):
-        model = _hf_llama(config, None, torch.float32)
-    model.load_state_dict(state, strict=not config["tie_embeddings"], assign=True)
-    if config["tie_embeddings"]:
-        model.tie_weights()
-    rotary = model.model.rotary_emb
-    rotary.__init__(rotary.config)  # inv_freq was created on the meta device
-    return model.eval()
-
-
-@functools.cache
-def hf_llama_logits(config: str, seed: int, quantized: bool, ids: tuple[tuple[int, ...], ...]) -> torch.Tensor:
-    """Logits (B, T, V) float64 of transformers' LlamaForCausalLM holding a tiny file's weights."""
-    model = _hf_llama(probes.LLAMA[config], probes.llama_weights(config, seed, quantized), torch.float64)
-    with torch.no_grad():
-        return model(torch.tensor(ids)).logits.detach()
-
-
-@functools.cache
-def smollm2_oracle_logits() -> torch.Tensor:
-    """SmolLM2's logits (1, T, V) float32 on SMOLLM2_PROMPT from transformers' LlamaForCausalLM,
-    its weights converted by transformers' own GGUF code (its name map, from a LlamaForCausalLM
-    on the meta device, and its llama tensor processor's q/k permutation), i.e. the loop of
-    load_gguf_checkpoint run on the file's reader that tfcourse.pretrained already parsed (parsing
-    SmolLM2's header again would cost seconds of the notebook's run)."""
-    from tfcourse.pretrained import gguf_reader, smollm2_config, smollm2_gguf_path
-
-    config = smollm2_config()
-    with _quiet_transformers():
-        try:
-            import gguf
-            from transformers.modeling_gguf_pytorch_utils import (
-                TENSOR_PROCESSORS,
-                get_gguf_hf_weights_map,
-            )
-        except ImportError:  # another transformers: its public loader (parses the file again)
-            from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
-
-            with torch.device("meta"):
-                meta = _hf_llama_meta(config)
-            state = load_gguf_checkpoint(str(smollm2_gguf_path()), return_tensors=True, model_to_load=meta)["tensors"]
-        else:
-            processor = TENSOR_PROCESSORS["llama"](config={"num_attention_heads": config["num_heads"],
-                                                           "num_key_value_heads": config["num_kv_heads"]})
-            with torch.device("meta"):
-                meta = _hf_llama_meta(config)
-            # get_gguf_hf_weights_map recurses over the model's ~400 submodules and rebuilds gguf's
-            # (pure, read-only) TensorNameMap at each: ~9 s of CPU. The same function, memoised for
-            # this call only, gives the same map.
-            with _IMPORT_LOCK:  # the patch is global: one thread at a time
-                original = gguf.get_tensor_name_map
-                gguf.get_tensor_name_map = functools.cache(original)
-                try:
-                    names = get_gguf_hf_weights_map(meta, processor)
-                finally:
-                    gguf.get_tensor_name_map = original
-            state = {}
-            for tensor in gguf_reader(smollm2_gguf_path()).tensors:
-                result = processor.process(weights=gguf.dequantize(tensor.data, tensor.tensor_type), name=tensor.name,
-                                           tensor_key_mapping=names, parsed_parameters={})
-                if result.name in names:
-                    state[names[result.name]] = torch.from_numpy(result.weights.astype("float32", copy=True))
-        del meta
-        model = _hf_llama_assigned(config, state)
-        del state
-    with torch.no_grad():
-        return model(SMOLLM2_PROMPT).logits.detach()
-
-
-def _hf_llama_meta(config: dict):
-    _import_transformers()
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    c = LlamaConfig(vocab_size=config["vocab_size"], hidden_size=config["d_model"],
-                    intermediate_size=config["d_ff"], num_hidden_layers=config["num_layers"],
-                    num_attention_heads=config["num_heads"], num_key_value_heads=config["num_kv_heads"],
-                    head_dim=config["d_model"] // config["num_heads"], tie_word_embeddings=config["tie_embeddings"])
-    return LlamaForCausalLM(c)
-
-
 def decoder_case(config: str, seed: int, ids: torch.Tensor, *, quantized: bool = True, title: str = "",
                  model_seed: int = 1000, dtype: torch.dtype = torch.float32) -> Case:
     """A tiny GGUF file loaded into a fresh LlamaDecoder (float32, or float64 to grade the cast to
@@ -323,7 +186,7 @@ def decoder_case(config: str, seed: int, ids: torch.Tensor, *, quantized: bool =
                      f"{c['num_kv_heads']}, L = {c['num_layers']}, {'F32 + Q8_0' if quantized else 'F32'})"
                      + ("" if dtype == torch.float32 else f" into a {fmt_dtype(dtype)} model") +
                      ": parameters, tie and logits vs transformers' LlamaForCausalLM")
-    return _case("load_decoder_weights", what, [call], judge, seed=seed)
+    return make_case("load_decoder_weights", what, [call], judge, seed=seed)
 
 
 def real_decoder_case() -> Case:
@@ -339,8 +202,9 @@ def real_decoder_case() -> Case:
         j.close(logits, smollm2_oracle_logits(), name="logits", atol=DECODER_ATOL, rtol=REAL_RTOL,
                 oracle="transformers' LlamaForCausalLM (its own GGUF conversion)")
 
-    return _case("load_decoder_weights", "the packaged SmolLM2-135M file: logits on a 5-token prompt vs "
-                 "transformers' LlamaForCausalLM (atol 1e-4 + 1e-5·|expected|)", [call], judge, part="real", mistakes=False)
+    return make_case("load_decoder_weights", "the packaged SmolLM2-135M file: logits on a 5-token prompt vs "
+                     "transformers' LlamaForCausalLM (atol 1e-4 + 1e-5·|expected|)", [call], judge, part="real",
+                     mistakes=False)
 
 
 def decoder_errors_case(seed: int = 5) -> Case:
@@ -359,48 +223,6 @@ def decoder_errors_case(seed: int = 5) -> Case:
 # ---------------------------------------------------------------------------------------------
 # load_encoder_weights
 # ---------------------------------------------------------------------------------------------
-def _hf_bert_config(config: dict):
-    _import_transformers()
-    from transformers import BertConfig
-
-    return BertConfig(vocab_size=config["vocab_size"], hidden_size=config["d_model"],
-                      num_hidden_layers=config["num_layers"], num_attention_heads=config["num_heads"],
-                      intermediate_size=config["d_ff"], max_position_embeddings=config["max_positions"],
-                      type_vocab_size=config["type_vocab_size"], layer_norm_eps=config["eps"],
-                      hidden_act="gelu", attn_implementation="eager")
-
-
-@functools.cache
-def hf_bert_hidden(config: str, seed: int, ids: tuple, mask: tuple, types: tuple) -> torch.Tensor:
-    """Last hidden states (B, T, D) float64 of transformers' BertModel holding a tiny file's weights."""
-    _import_transformers()
-    from transformers import BertModel
-
-    with torch.random.fork_rng(devices=[]):
-        model = BertModel(_hf_bert_config(probes.BERT[config]), add_pooling_layer=False)
-    model.load_state_dict(probes.bert_weights(config, seed), strict=False)
-    model = model.double().eval()
-    with torch.no_grad():
-        return model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
-                     token_type_ids=torch.tensor(types)).last_hidden_state.detach()
-
-
-@functools.cache
-def minilm_oracle_hidden() -> torch.Tensor:
-    """MiniLM's last hidden states (B, T, D) float32 on MINILM_BATCH from transformers' BertModel
-    loaded from the package's folder (no download)."""
-    _import_transformers()
-    from transformers import BertModel
-
-    from tfcourse.pretrained import minilm_dir
-
-    with _quiet_transformers():
-        model = BertModel.from_pretrained(str(minilm_dir()), local_files_only=True,
-                                          attn_implementation="eager").eval()
-    with torch.no_grad():
-        return model(input_ids=MINILM_BATCH[0], attention_mask=MINILM_BATCH[1]).last_hidden_state.detach()
-
-
 def _real_tokens_close(j: Judge, hidden: torch.Tensor, want: torch.Tensor, mask: torch.Tensor, atol: float,
                        oracle: str, rtol: float = 0.0) -> None:
     keep = mask.bool()[..., None].expand_as(want)
@@ -436,7 +258,7 @@ def encoder_case(config: str, seed: int, ids: torch.Tensor, mask: torch.Tensor, 
     title = (f"a tiny BERT safetensors file{' with the ' + repr(prefix) + ' prefix' if prefix else ''} (D = "
              f"{c['d_model']}, F = {c['d_ff']}, L = {c['num_layers']}; pooler.* and position_ids in it): "
              "parameters and hidden states vs transformers' BertModel")
-    return _case("load_encoder_weights", title, [call], judge, seed=seed)
+    return make_case("load_encoder_weights", title, [call], judge, seed=seed)
 
 
 def real_encoder_case() -> Case:
@@ -450,8 +272,9 @@ def real_encoder_case() -> Case:
         _real_tokens_close(j, hidden, minilm_oracle_hidden(), mask, ENCODER_ATOL,
                            "transformers' BertModel.from_pretrained", rtol=REAL_RTOL)
 
-    return _case("load_encoder_weights", "the packaged all-MiniLM-L6-v2: hidden states of two padded sentences vs "
-                 "transformers' BertModel (atol 1e-5 + 1e-5·|expected| on the real tokens)", [call], judge, part="real", mistakes=False)
+    return make_case("load_encoder_weights", "the packaged all-MiniLM-L6-v2: hidden states of two padded sentences vs "
+                     "transformers' BertModel (atol 1e-5 + 1e-5·|expected| on the real tokens)", [call], judge,
+                     part="real", mistakes=False)
 
 
 def encoder_errors_case(seed: int = 6) -> Case:
@@ -490,7 +313,7 @@ def pool_case(seed: int, b: int, t: int, d: int, lengths: list[int], dtype: torc
 
     what = title or (f"(B, T, D) = ({b}, {t}, {d}) {fmt_dtype(dtype)}, a {fmt_dtype(mask_dtype)} mask, real tokens "
                      f"per row {lengths}")
-    return _case("mean_pool", what, [Call("mean_pool", (hidden, mask))], judge, seed=seed)
+    return make_case("mean_pool", what, [Call("mean_pool", (hidden, mask))], judge, seed=seed)
 
 
 def pool_errors_case() -> Case:
@@ -506,114 +329,7 @@ def pool_errors_case() -> Case:
                       "ValueError", hint="compare hidden.shape[:2] with attention_mask.shape and raise ValueError "
                       "when they differ (broadcasting would hide the mistake)")
 
-    return _case("mean_pool", "ValueError when attention_mask's shape is not hidden's (B, T)", calls, judge)
-
-
-# ---------------------------------------------------------------------------------------------
-# first_divergent_layer
-# ---------------------------------------------------------------------------------------------
-DIVERGENCE_IDS = torch.tensor([[5, 5, 5, 5, 5, 5], [3, 17, 8, 29, 1, 12]])  # row 0: one token repeated
-
-
-def divergence_case(title: str, expected: int | None, model_b: dict, *, model_a: dict | None = None,
-                    atol: float | None = None, part: str = "core", ids: torch.Tensor = DIVERGENCE_IDS,
-                    state: bool = False, seed: int = 11) -> Case:
-    a_kwargs = {"seed": seed, **(model_a or {})}
-    b_kwargs = {"seed": seed, **model_b}
-    a = Instance(PROBES + "divergence_model", kwargs=a_kwargs, key="a")
-    b = Instance(PROBES + "divergence_model", kwargs=b_kwargs, key="b")
-    kwargs = {} if atol is None else {"atol": atol}
-    steps = (Step("", attribute=True),) + ((Step("probe_state", on="a"), Step("probe_state", on="b")) if state else ())
-    call = Call("first_divergent_layer", (a, b, ids), kwargs, steps=steps)
-
-    def judge(j: Judge) -> None:
-        o = j.outcomes[0]
-        if o.kind == "error":
-            j.values(0)
-        if o.kind == "bad_type":
-            j.fail(f"returned {o.type_name}; expected an int or None")
-        got = o.tensors[0]
-        if got.dim() == 0 and not got.is_floating_point() and got.dtype != torch.bool:
-            answer: int | None | str = int(got)
-        elif got.shape == (0,) and got.dtype == torch.float64:
-            answer = None
-        else:
-            answer = f"a {fmt_dtype(got.dtype)} value of shape {tuple(got.shape)}"
-        if isinstance(answer, str):
-            j.fail(f"returned {answer}; expected a Python int (a block index) or None",
-                   hint="return a Python int (int(i)) or None, not a tensor or a float")
-        if answer != expected:
-            j.fail(f"returned {answer}; expected {expected}", hint=j.mistake_hint())
-        if state:
-            for name, kw, t in (("model_a", a_kwargs, o.tensors[1]), ("model_b", b_kwargs, o.tensors[2])):
-                want = probes._state_numbers(probes.divergence_model(**kw))
-                if int(t[0]) != int(want[0]):
-                    j.fail(f"{name} has {int(t[0])} forward hook(s) left after the call; expected {int(want[0])}",
-                           hint=j.mistake_hint())
-                if bool(t[1]) != bool(want[1]):
-                    j.fail(f"{name}.training is {bool(t[1])} after the call; it was {bool(want[1])}",
-                           hint=j.mistake_hint())
-                if not torch.isclose(t[2], want[2], rtol=1e-12, atol=0):
-                    j.fail(f"{name}'s parameters changed during the call (Σ|p| {float(t[2]):.9g}, was "
-                           f"{float(want[2]):.9g})")
-
-    return _case("first_divergent_layer", title, [call], judge, part=part)
-
-
-def divergence_errors_case() -> Case:
-    a = Instance(PROBES + "divergence_model", kwargs={"seed": 11})
-    b = Instance(PROBES + "divergence_model", kwargs={"seed": 11, "num_layers": 3})
-    call = Call("first_divergent_layer", (a, b, DIVERGENCE_IDS), steps=(Step("", attribute=True),))
-
-    def judge(j: Judge) -> None:
-        o = j.outcomes[0]
-        j.require(o.kind == "error" and o.error_type == "ValueError",
-                  f"models with 4 and 3 blocks: {'raised ' + o.error_line() if o.kind == 'error' else 'nothing was raised'}"
-                  "; expected ValueError", hint=HINTS["no_count_check"])
-
-    return _case("first_divergent_layer", "ValueError when the models have different numbers of blocks", [call],
-                 judge, part="edges")
-
-
-# ---------------------------------------------------------------------------------------------
-# attention_rollout
-# ---------------------------------------------------------------------------------------------
-def rollout_oracle(attentions: list[torch.Tensor]) -> torch.Tensor:
-    """Â_L · … · Â_1 (float64), with Â = rows-normalised (0.5·mean_h A + 0.5·I), by torch.linalg.multi_dot
-    per batch element."""
-    mats = []
-    for a in attentions:
-        m = a.double().mean(dim=1)
-        m = 0.5 * m + 0.5 * torch.eye(m.size(-1), dtype=torch.float64)
-        mats.append(m / m.sum(-1, keepdim=True))
-    b = mats[0].size(0)
-    return torch.stack([torch.linalg.multi_dot([m[i] for m in reversed(mats)]) if len(mats) > 1 else mats[0][i]
-                        for i in range(b)])
-
-
-def rollout_case(seed: int, layers: int, b: int, h: int, t: int, dtype: torch.dtype) -> Case:
-    g = torch.Generator().manual_seed(seed)
-    atts = [torch.softmax(torch.randn(b, h, t, t, generator=g, dtype=torch.float64) * 2, dim=-1).to(dtype)
-            for _ in range(layers)]
-    want = rollout_oracle(atts)
-
-    def judge(j: Judge) -> None:
-        got = j.tensor(shape=(b, t, t), dtype=dtype)
-        j.close(got, want, oracle="Â_L···Â_1", tol_dtype=dtype,
-                **({"atol": 1e-12, "rtol": 1e-9} if dtype == torch.float64 else {}))
-
-    return _case("attention_rollout", f"L = {layers} layers of (B, H, T, T) = ({b}, {h}, {t}, {t}) {fmt_dtype(dtype)}",
-                 [Call("attention_rollout", (atts,))], judge, seed=seed)
-
-
-def rollout_empty_case() -> Case:
-    def judge(j: Judge) -> None:
-        o = j.outcomes[0]
-        j.require(o.kind == "error" and o.error_type == "ValueError",
-                  f"an empty list: {'raised ' + o.error_line() if o.kind == 'error' else 'nothing was raised'}; "
-                  "expected ValueError", hint="check `if not attentions: raise ValueError(...)` first")
-
-    return _case("attention_rollout", "ValueError for an empty list", [Call("attention_rollout", ([],))], judge)
+    return make_case("mean_pool", "ValueError when attention_mask's shape is not hidden's (B, T)", calls, judge)
 
 
 @NOTEBOOK.exercise("load_decoder_weights", parts=("core", "real"))
@@ -650,41 +366,3 @@ def _mean_pool_cases() -> list[Case]:
             pool_case(32, 2, 5, 8, [3, 5], torch.float32, torch.int64),
             pool_case(33, 2, 7, 4, [1, 7], torch.float16, torch.float32),
             pool_errors_case()]
-
-
-@NOTEBOOK.exercise("first_divergent_layer", parts=("core", "edges"))
-def _first_divergent_layer_cases() -> list[Case]:
-    """Check ``first_divergent_layer(model_a, model_b, input_ids, atol=1e-4) -> int | None``.
-
-    part: "core" (bugs at known blocks, equal models, differences below atol, only atol decides)
-    or "edges" (NaN, a bug after the last block, a bug in the embedding, models left as found,
-    ValueError); None: both."""
-    return [
-        divergence_case("a perturbed FFN at block 1 of 4 (both sequences differ from there on)", 1,
-                        {"bug": "ffn", "layer": 1, "size": 0.5}),
-        divergence_case("a wrong attention scale at block 2 of 4: only the SECOND sequence differs (the first "
-                        "repeats one token)", 2, {"bug": "scale", "layer": 2, "size": 1.0}),
-        divergence_case("two equal models: None", None, {}),
-        divergence_case("a perturbation that stays below atol = 1e-4: None", None,
-                        {"bug": "ffn", "layer": 0, "size": 1e-7}),
-        divergence_case("atol = 1e-7, block 3's output 2e-6 larger in relative terms (about 1e-5 absolute): "
-                        "only atol decides", 3, {"bug": "output_scale", "layer": 3, "size": 2e-6}, atol=1e-7),
-        divergence_case("NaN produced at block 2 (in model_b only; models in training mode; hooks, training "
-                        "flags and parameters left as they were)", 2, {"bug": "nan", "layer": 2, "training": True},
-                        model_a={"training": True}, part="edges", state=True),
-        divergence_case("NaN in BOTH models from block 1 on: NaN counts as a difference", 1,
-                        {"bug": "nan", "layer": 1}, model_a={"bug": "nan", "layer": 1}, part="edges"),
-        divergence_case("a bug in final_norm only (after the last block): None", None,
-                        {"bug": "final_norm", "size": 0.5}, part="edges", state=True),
-        divergence_case("a perturbed embedding: block 0", 0, {"bug": "embedding", "size": 0.5}, part="edges",
-                        state=True),
-        divergence_errors_case(),
-    ]
-
-
-@NOTEBOOK.exercise("attention_rollout")
-def _attention_rollout_cases() -> list[Case]:
-    """Check ``attention_rollout(attentions) -> (B, T, T)`` (optional, 0 points)."""
-    return [rollout_case(41, 3, 2, 4, 5, torch.float64), rollout_case(42, 2, 1, 3, 6, torch.float32),
-            rollout_case(43, 1, 2, 2, 4, torch.float64), rollout_empty_case()]
-

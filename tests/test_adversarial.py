@@ -1,4 +1,4 @@
-"""Hostile submissions through the real grader CLI (issue 4, grading-threats.md).
+"""Hostile submissions through the real grader CLI (docs/grading.md, "What a submission can try").
 
 Every submission in ``tests/adversarial`` is built from the solutions of notebook 01 with one
 thing changed, and they are graded together in one batch by ``python -m grader ... --jobs 2``

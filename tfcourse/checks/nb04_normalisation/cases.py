@@ -9,7 +9,7 @@ float16 values of a few hundred (their squares overflow float16) and bfloat16.
 
 Tolerances: layer_norm keeps float64 in float64, so float64 answers are judged tightly; rms_norm
 (and RMSNorm, and the backward) may keep its statistics in float32 even for float64 input, as HF's
-``LlamaRMSNorm`` and Meta's ``_norm(x.float())`` do (shared/design/peer-code.md), so its float64
+``LlamaRMSNorm`` and Meta's ``_norm(x.float())`` do (docs/conventions.md, "Where correct public code differs"), so its float64
 answers are judged at float32 level: ``RMS_FLOAT64_TOL`` = (atol 1e-6, rtol 1e-5). Half-precision
 answers are compared with the oracle in float64 within ``HALF_TOLERANCE``.
 """

@@ -4,7 +4,7 @@ Oracles: ``F.gelu`` (both forms; in float64 for half-precision inputs), the FFNs
 ``F.linear``, ``F.gelu`` and ``F.silu`` on the same weights, Meta's published Llama widths
 (11008, 13824, 14336, 28672).
 
-Tolerances (docs/conventions.md, shared/design/peer-code.md): gelu, FeedForward and SwiGLU keep
+Tolerances (docs/conventions.md, "Where correct public code differs"): gelu, FeedForward and SwiGLU keep
 float64 in float64 and are judged at float64 tolerance.
 
 This module holds exercises 1-4 (gelu, FeedForward, SwiGLU, swiglu_hidden_dim) and the helpers

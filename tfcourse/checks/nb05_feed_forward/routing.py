@@ -6,7 +6,7 @@ Oracles: the MoE as a *dense* weighted sum over all E experts (the sparse answer
 it), hand-computable balance losses (perfectly balanced routing gives 1.0, collapsed routing ≈
 E·P_0) and a plain Python loop for the capacity queue.
 
-Tolerances (docs/conventions.md, shared/design/peer-code.md): the MoE router, the balance loss and
+Tolerances (docs/conventions.md, "Where correct public code differs"): the MoE router, the balance loss and
 the capacity routing may take the softmax in float32 (Hugging Face's Mixtral does), so their
 float64 results are judged at float32 level, ``ROUTER_FLOAT64_TOL`` = (atol 1e-6, rtol 1e-5);
 router logits themselves (gate(x)) at float64 tolerance. Every MoE/routing input is built with a

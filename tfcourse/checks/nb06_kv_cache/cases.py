@@ -6,7 +6,7 @@ own pieces (``F.scaled_dot_product_attention`` with an explicit bottom-right mas
 prefill then one-token steps and multi-token chunks, must give the same rows (cached == uncached),
 and the cache must end up holding the rotated keys. Tolerance: float64 modules are judged at
 float32 level (atol 1e-5, rtol 1e-5), since the setup's RoPE tables are float32 and float64 or
-complex angles are correct too (shared/design/peer-code.md); float32 modules at atol 1e-4,
+complex angles are correct too (docs/conventions.md, "Where correct public code differs"); float32 modules at atol 1e-4,
 rtol 1e-4 (two layers of float32 arithmetic).
 
 This module holds exercises 1-4 (KVCache, CausalSelfAttention, DecoderBlock, DecoderLM) and the

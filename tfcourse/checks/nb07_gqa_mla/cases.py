@@ -13,7 +13,7 @@ numbers (Llama-3-8B: 131072 bytes per token), ``mha_to_gqa`` against the GQA ora
 mean-pooled weights.
 
 Tolerances: float64 modules at float32 level (atol 1e-5, rtol 1e-5; the setup's RoPE tables are
-float32 and float64 or complex angles are correct too, shared/design/peer-code.md), float32
+float32 and float64 or complex angles are correct too, docs/conventions.md), float32
 modules atol/rtol 1e-4; repeat_kv exactly (it only copies).
 
 This module holds exercises 1-2 (repeat_kv, GroupedQueryAttention), the GQA oracle and the helpers

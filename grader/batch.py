@@ -28,6 +28,7 @@ from typing import Any
 
 from .cases import DEFAULT_SEED
 from .isolation.runner import Limits
+from .rows import NotebookRow, SubmissionRow
 
 MAX_PACKED_BYTES = 256 * 2**20  # notebooks of one submission sent to a worker
 TEST_CRASH_ENV = "TFCOURSE_TEST_CRASH_WORKER"  # tests only: a worker dies on this submission name
@@ -41,16 +42,18 @@ def _progress(total: int, quiet: bool):
                 disable=True if quiet else None)
 
 
-def error_row(submission: str, course_notebooks: list[str] | None, why: str) -> dict[str, Any]:
+def error_row(submission: str, course_notebooks: list[str] | None, why: str) -> SubmissionRow:
     """The row of a submission the batch could not grade: every exercise ``error``, with ``why``."""
     from .course import load_course
     from .grading import _exercise, _with_parts
 
     course = load_course()
     chosen = {n: course[n] for n in (course_notebooks or course)}
-    notebooks = [{"notebook": name, "status": "unreadable", "score": 0.0, "max_score": nb.max_score,
-                  "exercises": [_with_parts(_exercise(e.name, "error", e.points, f"✗ {e.name}: {why}"), e)
-                                for e in nb.exercises], "output": ""} for name, nb in chosen.items()]
+    notebooks: list[NotebookRow] = [{"notebook": name, "status": "unreadable", "score": 0.0, "max_score": nb.max_score,
+                                     "exercises": [_with_parts(_exercise(e.name, "error", e.points,
+                                                                         f"✗ {e.name}: {why}"), e)
+                                                   for e in nb.exercises], "output": ""}
+                                    for name, nb in chosen.items()]
     return {"submission": submission, "score": 0.0,
             "max_score": round(sum(n["max_score"] for n in notebooks), 4), "notebooks": notebooks}
 
@@ -96,7 +99,7 @@ def _hide_worker_files() -> None:
     views.protect([scratch])
 
 
-def grade_packed(submission: str, packed: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+def grade_packed(submission: str, packed: dict[str, Any], options: dict[str, Any]) -> SubmissionRow:
     """Run on a worker: unpack, grade with the sandbox mode asked for, name the row as given."""
     from .grading import grade_submission
     from .isolation import sandbox, views
@@ -132,7 +135,7 @@ def grade_packed(submission: str, packed: dict[str, Any], options: dict[str, Any
 def grade_batch(submissions: list[str], *, notebooks: list[str] | None = None, device: str = "cpu",
                 limits: Limits | None = None, seed: int = DEFAULT_SEED, jobs: int = 1,
                 scheduler: str | None = None, quiet: bool = False, retries: int = 1,
-                on_row: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+                on_row: Callable[[int, SubmissionRow], None] | None = None) -> list[SubmissionRow]:
     """One row per submission, in order. ``scheduler``: a Dask scheduler's address (or a
     ``distributed.Client``); None grades here with ``jobs`` submissions at a time.
 
@@ -145,7 +148,7 @@ def grade_batch(submissions: list[str], *, notebooks: list[str] | None = None, d
 
     limits = limits or Limits()
     if scheduler is None:
-        def grade(s: str) -> dict:
+        def grade(s: str) -> SubmissionRow:
             return grade_submission(s, notebooks=notebooks, device=device, limits=limits, seed=seed)
 
         from .isolation import fastpath, sandbox
@@ -167,12 +170,12 @@ def grade_batch(submissions: list[str], *, notebooks: list[str] | None = None, d
                              seed=seed, quiet=quiet, retries=retries, on_row=on_row)
 
 
-def _grade_here_each(submissions: list[str], grade: Callable[[str], dict], notebooks: list[str] | None,
-                     jobs: int, quiet: bool, on_row: Callable[[int, dict[str, Any]], None]) -> list[dict[str, Any]]:
+def _grade_here_each(submissions: list[str], grade: Callable[[str], SubmissionRow], notebooks: list[str] | None,
+                     jobs: int, quiet: bool, on_row: Callable[[int, SubmissionRow], None]) -> list[SubmissionRow]:
     """grade_batch on this machine with ``on_row``: rows handed over as they finish."""
     from .isolation import sandbox
 
-    def guarded(s: str) -> dict:
+    def guarded(s: str) -> SubmissionRow:
         try:
             return grade(s)
         except sandbox.SandboxError:
@@ -182,15 +185,15 @@ def _grade_here_each(submissions: list[str], grade: Callable[[str], dict], noteb
             return error_row(s, notebooks, f"the grader failed on this submission "
                                            f"({type(exc).__name__}: {first}); please report it")
 
-    rows: list[dict[str, Any] | None] = [None] * len(submissions)
+    rows: list[SubmissionRow | None] = [None] * len(submissions)
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
         with _progress(len(submissions), quiet) as bar:
             futures = {pool.submit(guarded, s): i for i, s in enumerate(submissions)}
             for f in as_completed_here(futures):
                 i = futures[f]
-                rows[i] = f.result()
-                on_row(i, rows[i])
+                row = rows[i] = f.result()
+                on_row(i, row)
                 bar.update(1)
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -200,7 +203,8 @@ def _grade_here_each(submissions: list[str], grade: Callable[[str], dict], noteb
 
 
 def _grade_on_cluster(submissions: list[str], scheduler: Any, *, notebooks, device, limits: Limits, seed: int,
-                      quiet: bool, retries: int, on_row=None) -> list[dict[str, Any]]:
+                      quiet: bool, retries: int, on_row: Callable[[int, SubmissionRow], None] | None = None
+                      ) -> list[SubmissionRow]:
     from distributed import Client, as_completed
 
     from .isolation import sandbox
@@ -210,24 +214,25 @@ def _grade_on_cluster(submissions: list[str], scheduler: Any, *, notebooks, devi
                           "output_kb": limits.output_kb, "file_mb": limits.file_mb, "tasks": limits.tasks}}
     client = scheduler if isinstance(scheduler, Client) else Client(scheduler, timeout="60s")
     try:
-        futures = {}
+        futures: dict[Any, int] = {}
         for i, s in enumerate(submissions):
             f = client.submit(grade_packed, s, pack(s), options, key=f"grade-{i}-{os.getpid()}-{id(futures)}",
                               retries=retries, pure=False)
             futures[f] = i
-        rows: list[dict[str, Any] | None] = [None] * len(submissions)
+        rows: list[SubmissionRow | None] = [None] * len(submissions)
         with _progress(len(submissions), quiet) as bar:
             for f in as_completed(futures):
                 i = futures[f]
                 try:
-                    rows[i] = f.result()
+                    row = f.result()
                 except Exception as exc:  # KilledWorker, or the grading raised on the worker
                     name = type(exc).__name__
                     why = ("its grading kept killing the cluster's workers" if name == "KilledWorker"
                            else f"the grading failed on the cluster ({name}: {str(exc).strip()[:200]})")
-                    rows[i] = error_row(submissions[i], notebooks, f"{why}; please report it")
+                    row = error_row(submissions[i], notebooks, f"{why}; please report it")
+                rows[i] = row
                 if on_row is not None:
-                    on_row(i, rows[i])
+                    on_row(i, row)
                 bar.update(1)
         return rows  # type: ignore[return-value]
     finally:

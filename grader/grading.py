@@ -35,14 +35,23 @@ from .course import CourseError, Exercise, Notebook, load_course
 from .isolation import sandbox
 from .isolation.runner import ExerciseRun, Limits, run_notebook
 from .names import module_name
+from .rows import (
+    EXERCISE_STATUSES,
+    ExerciseRow,
+    ExerciseStatus,
+    NotebookRow,
+    PartRow,
+    SubmissionRow,
+)
 
 MAX_CANDIDATES = 50  # notebooks of a folder looked at when a course notebook is not found by name
-STATUSES = ("passed", "failed", "error", "timeout", "not_attempted", "missing")
+STATUSES = EXERCISE_STATUSES
 
 
 def find_notebooks(submission: Path, course: dict[str, Notebook]) -> dict[str, Path | None]:
     """Map each course notebook to its file in ``submission`` (a folder or one .ipynb)."""
     found: dict[str, Path | None] = dict.fromkeys(course)
+    best: str | None
     if submission.is_file():
         if submission.stem in course:
             found[submission.stem] = submission
@@ -79,7 +88,7 @@ def find_notebooks(submission: Path, course: dict[str, Notebook]) -> dict[str, P
                 continue
             counts = {n: len(solution_cells(nb, [e.name for e in course[n].exercises]))
                       for n, p in found.items() if p is None}
-            best = max(counts, key=counts.get, default=None)
+            best = max(counts, key=lambda n: counts[n], default=None)
             if best is not None and counts[best]:
                 found[best] = path
     return found
@@ -115,8 +124,15 @@ def _reference_outcomes(notebook: str, case: Case):
     return outcomes
 
 
-def _exercise(name: str, status: str, points: float, feedback: str, score: float = 0.0, **extra) -> dict:
-    return {"exercise": name, "status": status, "score": score, "max_score": points, "feedback": feedback, **extra}
+def _exercise(name: str, status: ExerciseStatus, points: float, feedback: str, score: float = 0.0, *,
+              cases_passed: int | None = None, cases_total: int | None = None,
+              parts: list[PartRow] | None = None) -> ExerciseRow:
+    row: ExerciseRow = {"exercise": name, "status": status, "score": score, "max_score": points, "feedback": feedback}
+    if cases_passed is not None and cases_total is not None:
+        row["cases_passed"], row["cases_total"] = cases_passed, cases_total
+    if parts is not None:
+        row["parts"] = parts
+    return row
 
 
 def _memory_error(o: Outcome) -> bool:
@@ -149,7 +165,7 @@ def _limit_note(o: Outcome, limits: Limits) -> str:
 
 
 def _judge_run(nb: Notebook, ex: Exercise, run: ExerciseRun, cases: list[Case],
-               device: str, limits: Limits, notes: list[str]) -> dict:
+               device: str, limits: Limits, notes: list[str]) -> ExerciseRow:
     name, points = ex.name, ex.points
     note = "".join(f"\n  note: {n}" for n in notes)
     if run.status == "timeout":
@@ -161,7 +177,7 @@ def _judge_run(nb: Notebook, ex: Exercise, run: ExerciseRun, cases: list[Case],
         if o is not None and _memory_error(o):
             return _exercise(name, "error", points, f"✗ {name}: {_memory_text(limits)} while its checks ran{note}")
         return _exercise(name, "error", points, f"✗ {name}: {run.message}{note}")
-    if run.status == "cell_error":
+    if run.status == "cell_error" and run.cell_error is not None:
         o = run.cell_error
         if _memory_error(o):
             return _exercise(name, "error", points, f"✗ {name}: {_memory_text(limits)} while the cell ran{note}")
@@ -193,7 +209,7 @@ def _judge_run(nb: Notebook, ex: Exercise, run: ExerciseRun, cases: list[Case],
             first = first or result
             part_first.setdefault(case.part, result)
     total = len(cases)
-    parts = []
+    parts: list[PartRow] = []
     for part, pts in ex.parts:
         ok, cell = bool(part_ok[part]) and all(part_ok[part]), test_cell_id(name, part)
         n = len(part_ok[part])
@@ -209,7 +225,7 @@ def _judge_run(nb: Notebook, ex: Exercise, run: ExerciseRun, cases: list[Case],
     if first is None:  # a part without cases: a course bug, never free points
         raise CourseError(f"{nb.name}: {name} has a test cell that no case scores")
     message = _failure_text(first, name, limits)
-    status = "error" if first.status == "error" else "failed"
+    status: ExerciseStatus = "error" if first.status == "error" else "failed"
     summary = f"{passed} of {total} checks passed"
     if len(parts) > 1:
         summary += "; " + ", ".join(f"{p['test_cell']} {p['score']:g}/{p['max_score']:g}" for p in parts)
@@ -262,11 +278,11 @@ def _reached_callees(source: str, callees: tuple[str, ...], sources: dict[str, s
     return reached
 
 
-def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limits, seed: int) -> dict:
+def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limits, seed: int) -> NotebookRow:
     """Grade one notebook file of a submission (None: it is missing); the report's notebook dict."""
     names = [e.name for e in nb.exercises]
-    result = {"notebook": nb.name, "status": "graded", "score": 0.0, "max_score": nb.max_score,
-              "exercises": [], "output": ""}
+    result: NotebookRow = {"notebook": nb.name, "status": "graded", "score": 0.0, "max_score": nb.max_score,
+                           "exercises": [], "output": ""}
     if path is None:
         result["status"] = "missing"
         result["exercises"] = [_with_parts(_exercise(e.name, "missing", e.points,
@@ -282,8 +298,8 @@ def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limi
         return result
     cells = solution_cells(submitted, names)
     if path.name != f"{nb.name}.ipynb":
-        for cell in cells.values():
-            cell.notes.append(f"graded {path.name}; the course's file name is {nb.name}.ipynb")
+        for found_cell in cells.values():
+            found_cell.notes.append(f"graded {path.name}; the course's file name is {nb.name}.ipynb")
     # The cells the child runs, in notebook order: the exercise cells and the code cells the
     # learner added (a helper or an import above an exercise), as Run All would run them.
     own = {cells[e.name].index: (e.name, cells[e.name].source) for e in nb.exercises
@@ -304,7 +320,7 @@ def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limi
         own_index = cells[name].index if name in cells else -1
         if any(own_index < i < at and name in bound_names(src) for i, (g, src) in extra.items()):
             redefined.add(name)  # a cell the learner added defines the exercise before its check
-    verdicts: dict[str, dict] = {}
+    verdicts: dict[str, ExerciseRow] = {}
     to_run: dict[str, str] = {}
     for ex in nb.exercises:
         cell = cells.get(ex.name)
@@ -352,7 +368,7 @@ def _check_cells(nb: Any, exercises: list[str]) -> dict[str, int]:
     return found
 
 
-def _with_parts(verdict: dict, ex: Exercise) -> dict:
+def _with_parts(verdict: ExerciseRow, ex: Exercise) -> ExerciseRow:
     """Every exercise row lists its test cells (``parts``): what each scored."""
     if "parts" not in verdict:
         verdict["parts"] = [{"test_cell": test_cell_id(ex.name, part), "passed": False, "score": 0.0,
@@ -360,7 +376,7 @@ def _with_parts(verdict: dict, ex: Exercise) -> dict:
     return verdict
 
 
-def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, dict], to_run: dict[str, str],
+def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, ExerciseRow], to_run: dict[str, str],
                           all_cells: dict[str, str], cases: dict[str, list[Case]],
                           then: dict[str, list[str]], *, device: str, limits: Limits, seed: int) -> None:
     """One bug costs points once: an exercise that lost points and calls, by the course's call
@@ -424,13 +440,13 @@ def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, dict], to_run: dict[
 
 
 def grade_submission(submission: str | Path, *, notebooks: list[str] | None = None, device: str = "cpu",
-                     limits: Limits | None = None, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+                     limits: Limits | None = None, seed: int = DEFAULT_SEED) -> SubmissionRow:
     """Grade one submission (a folder of notebooks, or one .ipynb). Always returns a row."""
     limits = limits or Limits()
     course = load_course()
     chosen = {n: course[n] for n in (notebooks or course)}
     path = Path(submission)
-    row: dict[str, Any] = {"submission": str(submission), "score": 0.0, "max_score": 0.0, "notebooks": []}
+    row: SubmissionRow = {"submission": str(submission), "score": 0.0, "max_score": 0.0, "notebooks": []}
     if not path.exists():
         found = dict.fromkeys(chosen)
     else:

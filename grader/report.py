@@ -19,6 +19,8 @@ from typing import Any
 
 from tfcourse.checks.wire import safe_text
 
+from .rows import Report, SubmissionRow
+
 SYMBOL = {"passed": "✓", "failed": "✗", "error": "!", "timeout": "⏱", "not_attempted": "·", "missing": "?"}
 
 
@@ -26,7 +28,7 @@ def _pts(x: float) -> str:
     return f"{x:g}"
 
 
-def table(report: dict[str, Any]) -> str:
+def table(report: Report) -> str:
     """submission × notebook × exercise, points and status, one line each, then totals."""
     report = clean(report)
     rows = [("submission", "notebook", "exercise", "points", "status")]
@@ -73,11 +75,11 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def write_json(report: dict[str, Any], path: Path) -> None:
+def write_json(report: Report, path: Path) -> None:
     write_atomic(path, json.dumps(clean(report), indent=2, ensure_ascii=False) + "\n")
 
 
-def write_csv(report: dict[str, Any], path: Path) -> None:
+def write_csv(report: Report, path: Path) -> None:
     """One row per submission: a column per exercise (``<notebook>:<exercise>``), notebook
     totals, then score, max_score and sandbox (the isolation its code ran in)."""
     report = clean(report)
@@ -105,7 +107,7 @@ def write_csv(report: dict[str, Any], path: Path) -> None:
     write_atomic(path, fh.getvalue())
 
 
-def feedback_text(sub: dict[str, Any]) -> str:
+def feedback_text(sub: SubmissionRow) -> str:
     sub = clean(sub)
     lines = [f"Feedback for {sub['submission']}", f"Score: {_pts(sub['score'])} / {_pts(sub['max_score'])}", ""]
     for nb in sub["notebooks"]:
@@ -120,7 +122,7 @@ def feedback_text(sub: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_feedback(report: dict[str, Any], folder: Path) -> list[Path]:
+def write_feedback(report: Report, folder: Path) -> list[Path]:
     """One readable text file per submission; names come from the submission's folder name."""
     folder.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []

@@ -15,3 +15,12 @@ def test_ruff_is_clean():
     proc = subprocess.run(["ruff", "check", "--output-format", "concise", "tfcourse", "grader", "tests"],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+@pytest.mark.slow  # about 30 s cold: the full suite
+@pytest.mark.skipif(shutil.which("mypy") is None, reason="mypy is installed by requirements-dev.txt")
+def test_mypy_is_clean_on_the_typed_core():
+    """The report's rows (grader/rows.py: TypedDicts, Literal statuses), grading, reporting and the
+    checks' shared core type-check (the file list is [tool.mypy] in pyproject.toml)."""
+    proc = subprocess.run(["mypy", "--no-error-summary"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]

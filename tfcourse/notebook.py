@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,7 +197,7 @@ def solution_cells(nb: Any, exercises: list[str]) -> dict[str, SolutionCell]:
     return found
 
 
-def added_cells(nb: Any, released: Any, taken: set[int] = frozenset()) -> list[tuple[int, str]]:
+def added_cells(nb: Any, released: Any, taken: Collection[int] = frozenset()) -> list[tuple[int, str]]:
     """The code cells a learner added to ``nb`` (a submission of the ``released`` notebook):
     ``[(index, source)]`` in notebook order.
 

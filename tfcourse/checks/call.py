@@ -213,9 +213,9 @@ def _describe(value: Any) -> str:
         kw = ", ".join(f"{k}={v!r}" for k, v in value.kwargs.items())
         return f"nn.{value.cls}({kw})"
     if isinstance(value, Instance):
-        inner = [_describe(a) for a in value.args] + [f"{k}={_describe(v)}" for k, v in value.kwargs.items()]
+        parts = [_describe(a) for a in value.args] + [f"{k}={_describe(v)}" for k, v in value.kwargs.items()]
         name = value.target.rpartition(":")[2]
-        return f"{name}({', '.join(inner)})" + (f" <{value.key}>" if value.key else "")
+        return f"{name}({', '.join(parts)})" + (f" <{value.key}>" if value.key else "")
     if isinstance(value, tuple | list):
         inner = ", ".join(_describe(v) for v in value)
         return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
@@ -357,7 +357,7 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
                 results.append(getattr(owner, step.method) if step.method else owner)
                 continue
             if step.method == "__call__":
-                fn = owner  # a module's __call__, so that hooks run; its forward names the arguments
+                fn: Any = owner  # a module's __call__, so that hooks run; its forward names the arguments
                 if isinstance(owner, torch.nn.Module):
                     owner.eval()
                 signature_of = owner.forward if isinstance(owner, torch.nn.Module) else owner

@@ -171,6 +171,9 @@ class RowCounter:
     """Counts the rows each child of one submodule receives: each child's ``forward`` is wrapped
     (an instance attribute), so ``expert(h)`` and ``expert.forward(h)`` are both counted."""
 
+    rows: list[int]
+    children: list[torch.nn.Module]
+
     def __new__(cls, module: Any, name: str) -> Any:
         if not isinstance(module, torch.nn.Module):
             return Outcome("bad_type", type_name=f"{type(module).__name__} (expected an nn.Module)")

@@ -135,7 +135,7 @@ def _first_failure(exercise: str, cases: list[Case], namespace: dict[str, Any]) 
         if not_attempted(outcomes):
             names = set(namespace) | set(globals_of(namespace.get(exercise)) or ())
             failure = CheckFailed(_not_attempted_message(exercise, outcomes, names))
-            failure.own_stub = _stub_owner(outcomes) not in names - {exercise}
+            failure.own_stub = _stub_owner(outcomes) not in names - {exercise}  # type: ignore[attr-defined]
             return failure
         result = judge_case(case, outcomes)
         if result.status != "passed":
@@ -154,9 +154,10 @@ def failing_dependencies(exercise: str, obj: Any, notebook: NotebookChecks) -> l
     for other in notebook.exercises:
         if other not in callees or other not in scope:
             continue
-        failure, stood = with_stand_ins(other, scope[other], notebook,
-                                        lambda ns, o=other: _first_failure(o, notebook.cases(o), ns),
-                                        {other: scope[other]})
+        def attempt(ns: dict[str, Any], o: str = other) -> CheckFailed | None:
+            return _first_failure(o, notebook.cases(o), ns)
+
+        failure, stood = with_stand_ins(other, scope[other], notebook, attempt, {other: scope[other]})
         failing += [n for n in ([other] if failure is not None else stood) if n not in failing]
     return failing
 
@@ -219,7 +220,7 @@ def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = Tr
                           "not the course's demo cells\n"
                           f"  define {names} in your cell or in a cell you add, then run both again")
     hidden = reference_dependencies(exercise, obj, notebook)
-    if hidden:
+    if hidden and notebook is not None:
         names = ", ".join(f"`{n}`" for n in hidden)
         raise CheckFailed(f"✗ {exercise}: it uses {names} from `{notebook.reference}`, the course's solutions\n"
                           "  the grader hides that module (importing it there raises ModuleNotFoundError)\n"

@@ -273,6 +273,25 @@ def padding_mask(lengths, t_k):
 HELPER_BELOW = "def _key_is_real(lengths, t_k):\n    return torch.arange(t_k) < lengths[:, None]\n"
 
 
+# a constant MultiHeadAttention next to a conversion that copies no weights: they agree with each
+# other, and both must get 0 (expected values come from the reference, never from the learner's module)
+MHA_CONSTANT = """\
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, bias=False):
+        super().__init__()
+        for p in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            setattr(self, p, nn.Linear(d_model, d_model, bias=bias))
+
+    def forward(self, x, context=None, mask=None):
+        return torch.zeros_like(x)
+"""
+FROM_TORCH_COPYING_NOTHING = """\
+def mha_from_torch(torch_mha):
+    module = MultiHeadAttention(torch_mha.embed_dim, torch_mha.num_heads, bias=torch_mha.in_proj_bias is not None)
+    return module.to(torch_mha.in_proj_weight.dtype)
+"""
+
+
 ADDED_AFTER = {  # submission: {grade_id: source of a cell the learner added right after that cell}
     "defined_below_stub": {"softmax_jacobian": _solution_sources("01_attention")["softmax_jacobian"]},
     "helper_below_check": {"test_padding_mask": HELPER_BELOW},
@@ -283,6 +302,8 @@ SUBMISSIONS = {
     "one_bug_nb01": ("01_attention", {"softmax": NAN_SOFTMAX, "scaled_dot_product_attention": SDPA_ON_OWN_SOFTMAX},
                      None),
     "one_bug_nb02": ("02_multi_head_attention", {"MultiHeadAttention": MHA_NO_CROSS}, None),
+    "constant_mha": ("02_multi_head_attention", {"MultiHeadAttention": MHA_CONSTANT,
+                                                 "mha_from_torch": FROM_TORCH_COPYING_NOTHING}, None),
     "two_bugs_nb01": ("01_attention", {"softmax": NAN_SOFTMAX,
                                        "scaled_dot_product_attention": SDPA_UNSCALED_ON_OWN_SOFTMAX}, None),
     "helper_cell": ("01_attention", {"scaled_dot_product_attention": SDPA_WITH_HELPER},
@@ -375,6 +396,15 @@ def test_a_multi_head_attention_without_cross_attention_does_not_cost_mha_from_t
     assert conversion["status"] == "passed", conversion["feedback"]
     passed, text = _in_notebook("one_bug_nb02", "mha_from_torch")
     assert passed, text
+
+
+@pytest.mark.slow
+def test_a_conversion_that_copies_nothing_gets_nothing_next_to_a_constant_module(graded):
+    verdicts = graded["constant_mha"]
+    assert verdicts["MultiHeadAttention"]["score"] == 0, verdicts["MultiHeadAttention"]
+    conversion = verdicts["mha_from_torch"]
+    assert conversion["score"] == 0 and conversion["status"] == "failed", conversion
+    assert not _in_notebook("constant_mha", "mha_from_torch")[0]
 
 
 @pytest.mark.slow

@@ -231,7 +231,8 @@ def test_hidden_split_case_requires_the_reference_s_value_error():
 
 
 # ---------------------------------------------------------------------------------------------
-# mha_from_torch is judged through the learner's own MultiHeadAttention
+# mha_from_torch is judged against PyTorch (the reference), never against the learner's own
+# MultiHeadAttention; a broken module is replaced by the course's (one bug costs points once)
 # ---------------------------------------------------------------------------------------------
 def _from_torch_source() -> str:
     nb = read_notebook(SOLUTIONS / f"{NOTEBOOK}.ipynb")
@@ -251,18 +252,51 @@ WRONG_MODULES = [pytest.param(m.fn, id=m.name) for m in nb02.MISTAKES["MultiHead
 
 @pytest.mark.parametrize("wrong_module", WRONG_MODULES)
 def test_a_right_conversion_passes_with_a_wrong_module(wrong_module):
+    """The visible check stands the course's module in (in-process); the hidden cases pass once the
+    course's module stands in, as in the grader's second run."""
     namespace = _with_module(wrong_module, _from_torch_source())
-    with redirect_stdout(io.StringIO()):
+    printed = io.StringIO()
+    with redirect_stdout(printed):
         nb02.check_mha_from_torch(namespace["mha_from_torch"])  # visible cases, in-process
-    for case in graded.hidden_cases("mha_from_torch", 0):  # hidden cases, as the grader judges them
-        expected = [run_call(call, vars(REFERENCE)) for call in case.calls]
-        result = _judge(case, namespace, expected)
-        if run_call(case.calls[1], namespace).kind == "error":
-            # the module itself raises here (e.g. (B, T, D) read as (T, B, D) with a mask): blamed on
-            # exercise 3, and the grader then stands in the course's module (tests/test_grading_rules.py)
-            assert "raises the same" in result.message, result.message
-            continue
+    hidden = graded.hidden_cases("mha_from_torch", 0)
+    expected = {id(case): [run_call(call, vars(REFERENCE)) for call in case.calls] for case in hidden}
+    namespace["MultiHeadAttention"] = REFERENCE.MultiHeadAttention  # the stand-in
+    for case in hidden:
+        result = _judge(case, namespace, expected[id(case)])
         assert result.status == "passed", result.message
+
+
+def test_a_conversion_that_copies_nothing_gets_nothing_next_to_a_constant_module():
+    """The expected values never come from the learner's own module: a constant MultiHeadAttention
+    and a conversion that copies no weights used to agree with each other and pass."""
+    constant = ("class MultiHeadAttention(nn.Module):\n"
+                "    def __init__(self, d_model, num_heads, bias=False):\n"
+                "        super().__init__()\n"
+                "        for p in ('q_proj', 'k_proj', 'v_proj', 'o_proj'):\n"
+                "            setattr(self, p, nn.Linear(d_model, d_model, bias=bias))\n"
+                "    def forward(self, x, context=None, mask=None):\n"
+                "        return torch.zeros_like(x)\n")
+    copies_nothing = ("def mha_from_torch(torch_mha):\n"
+                      "    d = torch_mha.embed_dim\n"
+                      "    module = MultiHeadAttention(d, torch_mha.num_heads, bias=torch_mha.in_proj_bias is not None)\n"
+                      "    return module.to(torch_mha.in_proj_weight.dtype)\n")
+    namespace = _cell_namespace(constant, copies_nothing)
+    feedback = _feedback("mha_from_torch", namespace["mha_from_torch"])
+    assert feedback.startswith("✗ mha_from_torch"), feedback
+    hidden = graded.hidden_cases("mha_from_torch", 0)
+    expected = {id(case): [run_call(call, vars(REFERENCE)) for call in case.calls] for case in hidden}
+    for case in hidden:
+        assert _judge(case, namespace, expected[id(case)]).status != "passed", case.title
+    namespace["MultiHeadAttention"] = REFERENCE.MultiHeadAttention  # the grader's second run
+    for case in hidden:
+        assert _judge(case, namespace, expected[id(case)]).status != "passed", case.title
+
+
+def test_a_conversion_that_follows_a_broken_module_is_told_to_fix_that_module():
+    namespace = _with_module(nb02.MISTAKES["MultiHeadAttention"][0].fn, _from_torch_source())
+    case = nb02.NOTEBOOK.cases("mha_from_torch")[0]
+    result = _judge(case, namespace, None)
+    assert result.status == "failed" and "make exercise 3 pass first" in result.message, result.message
 
 
 @pytest.mark.parametrize("wrong_module", [None, *WRONG_MODULES[:3]])

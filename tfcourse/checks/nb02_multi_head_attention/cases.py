@@ -15,10 +15,13 @@ parameter names of docs/conventions.md (``q_proj``, ``k_proj``, ``v_proj``, ``o_
 answer is judged on its outputs for weights the check chooses. Module cases run in
 ``MODULE_DTYPE`` (float64; the call machinery gives a module the dtype of the weights it loads).
 
-``mha_from_torch`` is judged through the learner's own ``MultiHeadAttention``: every case also
-runs ``MultiHeadAttention`` with the converted weights loaded by name, and when that module
-itself disagrees with PyTorch (a bug of exercise 3, judged there), the conversion is judged
-against it instead. So one bug costs the points of one exercise.
+``mha_from_torch`` is judged against ``nn.MultiheadAttention`` (the hidden cases: the reference),
+never against the learner's own ``MultiHeadAttention``: a conversion built on a broken module
+fails, and the course's module stands in for the broken one (the call graph, one bug costs
+points once), so a right conversion still gets its points and a conversion that copies nothing
+gets none. Every case also runs the learner's ``MultiHeadAttention`` with the converted weights
+loaded by name, for the hint only: when the conversion gives what that module gives and the
+module is what disagrees with PyTorch, the feedback says to fix exercise 3 first.
 """
 
 from __future__ import annotations
@@ -465,16 +468,22 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=True)
 
 
+OWN_MODULE_HINT = ("your conversion computes what your own MultiHeadAttention computes with these weights, "
+                   "and that module differs from nn.MultiheadAttention: make exercise 3 pass first")
+
+
 def judge_from_torch(j: Judge, expected: torch.Tensor, oracle: str) -> None:
-    """Judge call 0 (mha_from_torch's module) against ``expected``, or, when the learner's own
-    MultiHeadAttention (call 1, same weights loaded by name) disagrees with ``expected``, against
-    that module: the conversion is then judged on its own (see the module docstring)."""
+    """Judge call 0 (mha_from_torch's module) against ``expected`` (PyTorch, or the reference).
+    The learner's own MultiHeadAttention (call 1, the same weights loaded by name) only chooses
+    the hint: when it is what disagrees with ``expected`` and the conversion agrees with it."""
     got = j.tensor(0, shape=tuple(expected.shape), dtype=expected.dtype)
     own = j.outcomes[1] if len(j.outcomes) > 1 else None
+    hint = None
     if own is not None and own.kind == "tensor" and own.tensors[0].shape == expected.shape \
-            and own.tensors[0].dtype == expected.dtype and not _same(own.tensors[0], expected):
-        expected, oracle = own.tensors[0], "your MultiHeadAttention holding the same weights"
-    j.close(got, expected, oracle=oracle)
+            and own.tensors[0].dtype == expected.dtype and not _same(own.tensors[0], expected) \
+            and _same(got, own.tensors[0]):
+        hint = OWN_MODULE_HINT
+    j.close(got, expected, oracle=oracle, hint=hint)
 
 
 def from_torch_judge(expected: Callable[[Judge], tuple[torch.Tensor, str]]) -> Callable[[Judge], None]:

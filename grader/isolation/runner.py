@@ -35,7 +35,15 @@ from tfcourse.checks.wire import call_to_json, outcome_from_json, safe_text
 
 from . import fastpath, jobfolder, sandbox, views, watch
 
-MAX_RESULT_BYTES = 256 * 2**20  # all results of one child together
+# What a child may send back, checked before anything is read into memory or parsed (a child's
+# learner code can write its own frames on the channel). Measured on the bundled solutions: the
+# largest result of one exercise is 4.5 MB (sample_next_token's 20 000 draws), its JSON part at
+# most 4.3 KB, one submission's results 14.6 MB together; these leave a margin of 3-60x.
+MAX_RESULT_BYTES = 64 * 2**20  # all frames of one child together
+MAX_FRAME_BYTES = 16 * 2**20  # one result frame
+MAX_RECORD_BYTES = 256 * 2**10  # the JSON record of one result
+MAX_HEADER_BYTES = 256 * 2**10  # the safetensors header of one result (names, dtypes, shapes)
+MAX_PROGRESS_BYTES = 4096  # one progress line
 MAX_PROGRESS_LINES = 10_000
 WATCH_EVERY = 0.1  # seconds between two looks at the child's processes and memory
 POLL = 0.02
@@ -112,9 +120,10 @@ class _Channel(threading.Thread):
 
     A result counts only for the exercise the child announced last, and only once the child has
     moved on (its next progress line): a result followed by the child's death is dropped, and a
-    later result for the same exercise replaces an earlier one. MAX_RESULT_BYTES in all;
-    anything malformed ends the reading (the rest is drained and dropped), so the exercises
-    still pending get no result."""
+    later result for the same exercise replaces an earlier one. A frame's length is checked before
+    it is read (MAX_FRAME_BYTES, MAX_PROGRESS_BYTES; MAX_RESULT_BYTES in all); anything over a
+    limit or malformed ends the reading (the rest is drained and dropped), so the exercise being
+    graded gets an error that says which limit, and those still pending get no result."""
 
     def __init__(self, fd: int):
         super().__init__(daemon=True)
@@ -148,6 +157,10 @@ class _Channel(threading.Thread):
                 if not all(c in b"0123456789abcdef" for c in rest):
                     raise ValueError("the channel holds something that is not a frame")
                 length = int(rest, 16)
+                cap = MAX_PROGRESS_BYTES if head == b"P" else MAX_FRAME_BYTES
+                if length > cap:
+                    raise ValueError(f"a {'progress' if head == b'P' else 'result'} frame of {_size(length)}, "
+                                     f"over the limit of {_size(cap)}")
                 self.size += 9 + length
                 if self.size > MAX_RESULT_BYTES:
                     raise ValueError(f"results larger than {MAX_RESULT_BYTES // 2**20} MiB")
@@ -413,6 +426,19 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
     return current, info, results
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB" if n >= 2**10 else f"{n} bytes"
+
+
+def _bounded(meta: bytes, data: bytes) -> None:
+    """Refuse a result whose JSON record or safetensors header is over its limit, before parsing."""
+    if len(meta) > MAX_RECORD_BYTES:
+        raise ValueError(f"a result record of {_size(len(meta))}, over the limit of {_size(MAX_RECORD_BYTES)}")
+    header = int.from_bytes(data[:8], "little") if len(data) >= 8 else 0
+    if header > MAX_HEADER_BYTES:
+        raise ValueError(f"a tensor header of {_size(header)}, over the limit of {_size(MAX_HEADER_BYTES)}")
+
+
 def _collect(results: dict[str, tuple[bytes, bytes]], cases: dict[str, list[Case]],
              runs: dict[str, ExerciseRun]) -> None:
     """Judge nothing; rebuild what the child sent. Anything malformed is that exercise's crash."""
@@ -421,6 +447,7 @@ def _collect(results: dict[str, tuple[bytes, bytes]], cases: dict[str, list[Case
             continue
         meta, data = results[name]
         try:
+            _bounded(meta, data)
             record = json.loads(meta.decode("utf-8"))
             if not isinstance(record, dict):
                 raise ValueError("not a record")

@@ -70,10 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     # Imported here so `--help` and usage errors are instant.
     from tfcourse.device import get_device
 
-    from . import report as rep
-    from .batch import grade_batch
     from .course import CourseError, load_course
-    from .isolation import sandbox, views
+    from .isolation import sandbox
 
     if args.sandbox:
         os.environ[sandbox.ENV_VAR] = args.sandbox
@@ -92,23 +90,56 @@ def main(argv: list[str] | None = None) -> int:
     except (CourseError, RuntimeError) as exc:
         print(f"grader: {exc}", file=sys.stderr)
         return 1
-    # The unshare sandbox covers these too: the folders around the submissions (other learners'
-    # work) and the folders the reports go to.
-    around = [Path(s).resolve() for s in submissions]
-    around += [p.resolve().parent for p in (args.json, args.csv) if p is not None]
-    around += [args.feedback.resolve()] if args.feedback is not None else []
-    views.protect([*around, *(p.parent for p in around)])
-    notebooks = None
-    if args.notebooks:
-        notebooks = [n.strip().removesuffix(".ipynb") for n in args.notebooks.split(",") if n.strip()]
-        unknown = [n for n in notebooks if n not in course]
-        if unknown:
-            parser.error(f"unknown notebook(s) {', '.join(unknown)}; the course has {', '.join(course)}")
+    _protect_around(submissions, args)
+    notebooks = _chosen_notebooks(parser, args.notebooks, course)
     for s in submissions:
         if not Path(s).exists():
             print(f"grader: warning: {s} does not exist; its row will show every notebook missing", file=sys.stderr)
     memory = args.memory if args.memory is not None else (0 if device.startswith("cuda") else Limits().memory_mb)
     limits = Limits(timeout=args.timeout, memory_mb=memory, output_kb=args.output)
+
+    finished, interrupted = _grade(submissions, args, notebooks=notebooks, device=device, limits=limits)
+    report = _report(submissions, finished, interrupted, seed=args.seed, device=device,
+                     sandbox_mode=isolation.mode, limits=limits)
+    rows = report["submissions"]
+    if not args.quiet:
+        _show(report)
+    if not _write_reports(report, args):
+        return 1
+    if interrupted:
+        print(f"grader: {interrupted}; the reports hold the {len(rows)} of {len(submissions)} submissions "
+              "graded before it", file=sys.stderr)
+        return 130 if interrupted.startswith("interrupted") else 1
+    return 0
+
+
+def _protect_around(submissions: list[str], args: argparse.Namespace) -> None:
+    """The unshare sandbox covers these too: the folders around the submissions (other learners'
+    work) and the folders the reports go to."""
+    from .isolation import views
+
+    around = [Path(s).resolve() for s in submissions]
+    around += [p.resolve().parent for p in (args.json, args.csv) if p is not None]
+    around += [args.feedback.resolve()] if args.feedback is not None else []
+    views.protect([*around, *(p.parent for p in around)])
+
+
+def _chosen_notebooks(parser: argparse.ArgumentParser, names: str | None, course) -> list[str] | None:
+    """The notebooks --notebooks names (None: all); a usage error for one the course lacks."""
+    if not names:
+        return None
+    notebooks = [n.strip().removesuffix(".ipynb") for n in names.split(",") if n.strip()]
+    unknown = [n for n in notebooks if n not in course]
+    if unknown:
+        parser.error(f"unknown notebook(s) {', '.join(unknown)}; the course has {', '.join(course)}")
+    return notebooks
+
+
+def _grade(submissions: list[str], args: argparse.Namespace, *, notebooks: list[str] | None, device: str,
+           limits: Limits) -> tuple[dict[int, dict], str]:
+    """Grade the batch: (the rows finished, by submission index; why it stopped early, or "")."""
+    from . import report as rep
+    from .batch import grade_batch
 
     # Rows are kept as they come back; the reports are written once at the end (each file replaced
     # atomically), with every row finished so far also after Ctrl-C or a failure of the batch.
@@ -125,20 +156,40 @@ def main(argv: list[str] | None = None) -> int:
         interrupted = "interrupted (Ctrl-C)"
     except Exception as exc:  # the batch itself failed (a sandbox that stopped working): keep the rows
         interrupted = f"the batch stopped: {type(exc).__name__}: {str(exc).strip()[:200]}"
+    return finished, interrupted
+
+
+def _report(submissions: list[str], finished: dict[int, dict], interrupted: str, *, seed: int, device: str,
+            sandbox_mode: str, limits: Limits) -> dict:
+    """The batch's report: its rows in submission order, and what was not graded if it stopped early."""
+    from . import report as rep
+
     rows = [finished[i] for i in sorted(finished)]
-    report = {"submissions": rows, "seed": args.seed, "device": device, "sandbox": isolation.mode,
+    report = {"submissions": rows, "seed": seed, "device": device, "sandbox": sandbox_mode,
               "limits": {"timeout_s": limits.timeout, "memory_mb": limits.memory_mb, "output_kb": limits.output_kb}}
     if interrupted:
         report["interrupted"] = interrupted
         report["not_graded"] = [rep.clean(str(s)) for i, s in enumerate(submissions) if i not in finished]
+    return report
 
-    if not args.quiet:
-        print(rep.table(report))
-        if len(rows) == 1:  # a learner checking their progress: show what to fix
-            details = [ex["feedback"] for nb in rows[0]["notebooks"] for ex in nb["exercises"]
-                       if ex["status"] in ("failed", "error", "timeout")]
-            if details:
-                print("\n" + "\n\n".join(details))
+
+def _show(report: dict) -> None:
+    """The table; for a single submission (a learner checking their progress) also what to fix."""
+    from . import report as rep
+
+    rows = report["submissions"]
+    print(rep.table(report))
+    if len(rows) == 1:  # a learner checking their progress: show what to fix
+        details = [ex["feedback"] for nb in rows[0]["notebooks"] for ex in nb["exercises"]
+                   if ex["status"] in ("failed", "error", "timeout")]
+        if details:
+            print("\n" + "\n\n".join(details))
+
+
+def _write_reports(report: dict, args: argparse.Namespace) -> bool:
+    """Write the reports asked for; False (after one line on stderr) when one could not be written."""
+    from . import report as rep
+
     try:
         if args.json:
             rep.write_json(report, args.json)
@@ -148,12 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             rep.write_feedback(report, args.feedback)
     except OSError as exc:
         print(f"grader: could not write a report: {exc}", file=sys.stderr)
-        return 1
-    if interrupted:
-        print(f"grader: {interrupted}; the reports hold the {len(rows)} of {len(submissions)} submissions "
-              "graded before it", file=sys.stderr)
-        return 130 if interrupted.startswith("interrupted") else 1
-    return 0
+        return False
+    return True
 
 
 if __name__ == "__main__":

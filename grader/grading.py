@@ -21,6 +21,7 @@ from tfcourse.checks.call import Call, Instance
 from tfcourse.checks.case import Case, judge_case
 from tfcourse.checks.outcome import Outcome
 from tfcourse.notebook import (
+    SolutionCell,
     UnreadableNotebook,
     added_cells,
     bound_names,
@@ -166,8 +167,20 @@ def _limit_note(o: Outcome, limits: Limits) -> str:
 
 def _judge_run(nb: Notebook, ex: Exercise, run: ExerciseRun, cases: list[Case],
                device: str, limits: Limits, notes: list[str]) -> ExerciseRow:
-    name, points = ex.name, ex.points
     note = "".join(f"\n  note: {n}" for n in notes)
+    stopped = _stopped_run(ex, run, limits, note)
+    if stopped is not None:
+        return stopped
+    tally = _tally_cases(nb, ex, run, cases, device, note)
+    if not isinstance(tally, _Tally):  # a stub still raising NotImplementedError
+        return tally
+    return _verdict(nb, ex, tally, len(cases), limits, note)
+
+
+def _stopped_run(ex: Exercise, run: ExerciseRun, limits: Limits, note: str) -> ExerciseRow | None:
+    """The row of a run that never got to its checks' outcomes (timed out, crashed, or its cell
+    raised), or None."""
+    name, points = ex.name, ex.points
     if run.status == "timeout":
         return _exercise(name, "timeout", points, f"✗ {name}: {run.message} (time limit: --timeout "
                          f"{limits.timeout:g} s per exercise). Is there an endless loop, or a very slow "
@@ -185,39 +198,77 @@ def _judge_run(nb: Notebook, ex: Exercise, run: ExerciseRun, cases: list[Case],
         extra = _limit_note(o, limits)
         extra = f"\n  ({extra})" if extra else ""
         return _exercise(name, "error", points, f"✗ {name}: {where} {o.error_line()}{extra}{note}")
-    passed, first = 0, None
-    part_ok: dict[str, list[bool]] = {part: [] for part, _ in ex.parts}
-    part_first: dict[str, Any] = {}  # the first failed check of each test cell
+    return None
+
+
+class _Tally:
+    """The cases of one exercise judged: how many passed, the first failure, and per test cell
+    whether each of its cases passed and its first failure."""
+
+    def __init__(self, ex: Exercise) -> None:
+        self.passed = 0
+        self.first: Any = None
+        self.part_ok: dict[str, list[bool]] = {part: [] for part, _ in ex.parts}
+        self.part_first: dict[str, Any] = {}  # the first failed check of each test cell
+
+
+def _tally_cases(nb: Notebook, ex: Exercise, run: ExerciseRun, cases: list[Case], device: str,
+                 note: str) -> _Tally | ExerciseRow:
+    """Judge every case of a run against the reference; the row instead when a stub still raises
+    NotImplementedError (the exercise's own, or one it calls)."""
+    name, points = ex.name, ex.points
+    tally = _Tally(ex)
     for case, outcomes in zip(cases, run.outcomes, strict=True):
-        for o in outcomes:
-            if o.kind == "error" and o.error_type == "NotImplementedError":
-                if o.error_cell in ("", f"<cell {name}>"):
-                    return _exercise(name, "not_attempted", points, f"{name}: not attempted (the stub still "
-                                     f"raises NotImplementedError){note}")
-                other = o.error_cell.removeprefix("<cell ").removesuffix(">")
-                return _exercise(name, "error", points, f"✗ {name}: it calls `{other}`, which is not "
-                                 f"implemented yet (NotImplementedError){note}")
-        if case.part not in part_ok:
+        stub = _stub_row(name, points, outcomes, note)
+        if stub is not None:
+            return stub
+        if case.part not in tally.part_ok:
             raise CourseError(f"{nb.name}: a case of {name} is scored by test cell "
                               f"{test_cell_id(name, case.part)}, which solutions/{nb.name}.ipynb lacks")
         expected = _reference_outcomes(nb.name, case) if case.reference else None
         result = judge_case(case, outcomes, expected, device)
-        part_ok[case.part].append(result.status == "passed")
+        tally.part_ok[case.part].append(result.status == "passed")
         if result.status == "passed":
-            passed += 1
+            tally.passed += 1
         else:
-            first = first or result
-            part_first.setdefault(case.part, result)
-    total = len(cases)
+            tally.first = tally.first or result
+            tally.part_first.setdefault(case.part, result)
+    return tally
+
+
+def _stub_row(name: str, points: float, outcomes: list[Outcome], note: str) -> ExerciseRow | None:
+    """The row when one of a case's outcomes is a stub's NotImplementedError, or None."""
+    for o in outcomes:
+        if o.kind == "error" and o.error_type == "NotImplementedError":
+            if o.error_cell in ("", f"<cell {name}>"):
+                return _exercise(name, "not_attempted", points, f"{name}: not attempted (the stub still "
+                                 f"raises NotImplementedError){note}")
+            other = o.error_cell.removeprefix("<cell ").removesuffix(">")
+            return _exercise(name, "error", points, f"✗ {name}: it calls `{other}`, which is not "
+                             f"implemented yet (NotImplementedError){note}")
+    return None
+
+
+def _part_rows(ex: Exercise, tally: _Tally, limits: Limits) -> list[PartRow]:
+    """What each test cell of the exercise scored, with its feedback."""
+    name = ex.name
     parts: list[PartRow] = []
     for part, pts in ex.parts:
-        ok, cell = bool(part_ok[part]) and all(part_ok[part]), test_cell_id(name, part)
-        n = len(part_ok[part])
+        ok, cell = bool(tally.part_ok[part]) and all(tally.part_ok[part]), test_cell_id(name, part)
+        n = len(tally.part_ok[part])
         feedback = (f"✓ {cell}: all {n} checks of this test cell passed" if ok else
-                    f"{_failure_text(part_first[part], name, limits)}\n  ({sum(part_ok[part])} of {n} "
-                    f"checks of this test cell passed)" if part in part_first else "")
+                    f"{_failure_text(tally.part_first[part], name, limits)}\n  ({sum(tally.part_ok[part])} of {n} "
+                    f"checks of this test cell passed)" if part in tally.part_first else "")
         parts.append({"test_cell": cell, "passed": ok, "score": pts if ok else 0.0, "max_score": pts,
                       "feedback": feedback})
+    return parts
+
+
+def _verdict(nb: Notebook, ex: Exercise, tally: _Tally, total: int, limits: Limits, note: str) -> ExerciseRow:
+    """The exercise's row once every case is judged: its score is what its test cells scored."""
+    name, points = ex.name, ex.points
+    passed, first = tally.passed, tally.first
+    parts = _part_rows(ex, tally, limits)
     score = round(sum(p["score"] for p in parts), 4)
     if first is None and all(p["passed"] for p in parts):
         return _exercise(name, "passed", points, f"✓ {name}: all {total} checks passed{note}", score=score,
@@ -300,14 +351,37 @@ def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limi
     if path.name != f"{nb.name}.ipynb":
         for found_cell in cells.values():
             found_cell.notes.append(f"graded {path.name}; the course's file name is {nb.name}.ipynb")
-    # The cells the child runs, in notebook order: the exercise cells and the code cells the
-    # learner added (a helper or an import above an exercise), as Run All would run them.
+    ordered, extra = _cells_in_order(nb, submitted, cells)
+    all_cells = dict(v for _, v in ordered)
+    then, redefined = _check_places(submitted, names, cells, ordered, extra)
+    verdicts, to_run = _verdicts_without_run(nb, cells, path, redefined)
+    if to_run:
+        result["output"] = _run_and_judge(nb, verdicts, to_run, cells, all_cells, then, device=device,
+                                          limits=limits, seed=seed)
+    result["exercises"] = [_with_parts(verdicts[e.name], e) for e in nb.exercises]
+    result["score"] = round(sum(v["score"] for v in result["exercises"]), 4)
+    return result
+
+
+_Cell = tuple[str, str]  # (grade_id, source) of a cell the child runs; an added cell's is added-<index>
+
+
+def _cells_in_order(nb: Notebook, submitted: Any,
+                    cells: dict[str, SolutionCell]) -> tuple[list[tuple[int, _Cell]], dict[int, _Cell]]:
+    """The cells the child runs, in notebook order: the exercise cells and the code cells the
+    learner added (a helper or an import above an exercise), as Run All would run them; and the
+    added ones alone, by index."""
     own = {cells[e.name].index: (e.name, cells[e.name].source) for e in nb.exercises
            if e.name in cells and cells[e.name].kind == "code"}
     extra = {} if nb.released is None else {
         index: (f"added-{index}", source) for index, source in added_cells(submitted, nb.released, set(own))}
-    ordered = sorted({**own, **extra}.items())
-    all_cells = dict(v for _, v in ordered)
+    return sorted({**own, **extra}.items()), extra
+
+
+def _check_places(submitted: Any, names: list[str], cells: dict[str, SolutionCell],
+                  ordered: list[tuple[int, _Cell]], extra: dict[int, _Cell]) -> tuple[dict[str, list[str]], set[str]]:
+    """Where each exercise is graded: ``then`` (cell -> the exercises graded right after it), and
+    the exercises a cell the learner added defines again before their check cell."""
     # Each exercise is graded where its first check cell stands, with the names as they are there
     # (what the notebook's check sees after Run All); without a check cell, after the last cell.
     checks = _check_cells(submitted, names)
@@ -320,6 +394,13 @@ def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limi
         own_index = cells[name].index if name in cells else -1
         if any(own_index < i < at and name in bound_names(src) for i, (g, src) in extra.items()):
             redefined.add(name)  # a cell the learner added defines the exercise before its check
+    return then, redefined
+
+
+def _verdicts_without_run(nb: Notebook, cells: dict[str, SolutionCell], path: Path,
+                          redefined: set[str]) -> tuple[dict[str, ExerciseRow], dict[str, str]]:
+    """The verdicts that need no run (a missing cell, a cell that is no longer code, the stub as
+    released), and the source of every other exercise: the ones to run."""
     verdicts: dict[str, ExerciseRow] = {}
     to_run: dict[str, str] = {}
     for ex in nb.exercises:
@@ -336,23 +417,27 @@ def grade_notebook(nb: Notebook, path: Path | None, *, device: str, limits: Limi
             to_run[ex.name] = cell.source
             if ex.name in redefined:
                 cell.notes.append(f"graded the `{ex.name}` that a cell you added defines after the exercise's cell")
-    if to_run:
-        cases = {name: _cases(nb, name, seed) for name in to_run}
-        run = run_notebook(nb.name, nb.setup, all_cells, cases, device=device, limits=limits, seed=seed, then=then)
-        result["output"] = run.output
-        skipped = [g for g in all_cells if g.startswith("added-") and g in run.skipped_cells]
-        for ex in nb.exercises:
-            if ex.name in to_run:
-                notes = cells[ex.name].notes + ([f"a cell you added did not finish and was skipped "
-                                                 f"({', '.join(skipped)}: cell numbers count from 0)"]
-                                                if skipped else [])
-                verdicts[ex.name] = _judge_run(nb, ex, run.exercises[ex.name], cases[ex.name],
-                                               device, limits, notes)
-        _grade_with_stand_ins(nb, verdicts, to_run, all_cells, cases, then, device=device, limits=limits,
-                              seed=seed)
-    result["exercises"] = [_with_parts(verdicts[e.name], e) for e in nb.exercises]
-    result["score"] = round(sum(v["score"] for v in result["exercises"]), 4)
-    return result
+    return verdicts, to_run
+
+
+def _run_and_judge(nb: Notebook, verdicts: dict[str, ExerciseRow], to_run: dict[str, str], cells: dict[str, SolutionCell],
+                   all_cells: dict[str, str], then: dict[str, list[str]], *, device: str, limits: Limits,
+                   seed: int) -> str:
+    """Run the exercises of ``to_run`` in a child and judge them into ``verdicts`` (then again with
+    the course's callees standing in where that applies); the learner's output of the run."""
+    cases = {name: _cases(nb, name, seed) for name in to_run}
+    run = run_notebook(nb.name, nb.setup, all_cells, cases, device=device, limits=limits, seed=seed, then=then)
+    skipped = [g for g in all_cells if g.startswith("added-") and g in run.skipped_cells]
+    for ex in nb.exercises:
+        if ex.name in to_run:
+            notes = cells[ex.name].notes + ([f"a cell you added did not finish and was skipped "
+                                             f"({', '.join(skipped)}: cell numbers count from 0)"]
+                                            if skipped else [])
+            verdicts[ex.name] = _judge_run(nb, ex, run.exercises[ex.name], cases[ex.name],
+                                           device, limits, notes)
+    _grade_with_stand_ins(nb, verdicts, to_run, all_cells, cases, then, device=device, limits=limits,
+                          seed=seed)
+    return run.output
 
 
 def _check_cells(nb: Any, exercises: list[str]) -> dict[str, int]:

@@ -403,11 +403,52 @@ def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed:
     nbgrader_on_path()
     coursedir = open_course(course)
     available = course_notebooks()
+
     def assignments() -> list[str]:
         with Gradebook(coursedir.db_url, coursedir.course_id) as gb:
             return [a.name for a in gb.assignments]
 
     in_gradebook = while_locked(assignments, coursedir, lock_wait=lock_wait, log=log, what="reading it")
+    ours = _assignments_to_grade(course, in_gradebook, available, assignment, log)
+    try:
+        isolation = sandbox.choose(strict=True)
+    except (sandbox.SandboxError, RuntimeError) as exc:
+        raise InstructorError(str(exc)) from None
+    views.protect([course.resolve()])
+    code: dict[str, str] = {}
+
+    def settings(name: str) -> str:
+        return settings_text(name, limits=limits, device=device, sandbox_mode=isolation.mode, code=code)
+
+    todo, skipped, problems = _jobs_to_grade(course, coursedir, ours, seed=seed, student=student,
+                                             settings=settings, force=force)
+    log(f"{len(todo)} submission(s) to grade, {len(skipped)} already graded (sandbox {isolation.mode})")
+    saved = _saver(course, coursedir, problems, lock_wait=lock_wait, log=log)
+    client = _connect(scheduler) if scheduler and todo else None
+    try:
+        # one batch per assignment: grade_batch grades the same notebooks in every submission
+        for name in dict.fromkeys(j.assignment for j in todo):
+            group = [j for j in todo if j.assignment == name]
+            grade_batch([str(j.notebook) for j in group], notebooks=[name], device=device, limits=limits,
+                        seed=seed, jobs=max(1, jobs), scheduler=client, quiet=True,
+                        on_row=lambda i, row, group=group: saved(group[i], row))
+    except KeyboardInterrupt:
+        print("grade: interrupted; what was graded is saved: run grade again to continue", file=sys.stderr)
+        return 130
+    except sandbox.SandboxError as exc:
+        raise InstructorError(str(exc)) from None
+    finally:
+        if client is not None:
+            client.close()
+    for line in problems:
+        print(f"grade: not graded: {line}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _assignments_to_grade(course: Path, in_gradebook: list[str], available: list[str], assignment: str | None,
+                          log) -> list[str]:
+    """The gradebook's assignments that are course notebooks (``available``), or the one
+    ``assignment`` names (a one-line error unless it is both); the others are logged as skipped."""
     ours = [a for a in in_gradebook if a in available]
     if assignment is not None:
         name = assignment.strip().removesuffix(".ipynb")
@@ -425,24 +466,26 @@ def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed:
         ours = [name]
     for other in sorted(set(in_gradebook) - set(available)):
         log(f"skipped assignment {other}: not a course notebook (grade it with `nbgrader autograde`)")
-    try:
-        isolation = sandbox.choose(strict=True)
-    except (sandbox.SandboxError, RuntimeError) as exc:
-        raise InstructorError(str(exc)) from None
-    views.protect([course.resolve()])
-    code: dict[str, str] = {}
+    return ours
 
-    def settings(name: str) -> str:
-        return settings_text(name, limits=limits, device=device, sandbox_mode=isolation.mode, code=code)
 
-    todo, problems = find_jobs(course, coursedir, ours, seed, student, settings)
+def _jobs_to_grade(course: Path, coursedir, assignments: list[str], *, seed: int, student: str | None,
+                   settings, force: bool) -> tuple[list[Job], list[Job], list[str]]:
+    """(the submissions to grade, those already graded with these settings, the problems found);
+    a one-line error when ``student`` has no submission at all."""
+    todo, problems = find_jobs(course, coursedir, assignments, seed, student, settings)
     if student is not None and not todo and not problems:
         raise InstructorError(f"no submission of student {student!r} in "
                               f"{course / coursedir.submitted_directory}: check the name (nbgrader collect "
                               "puts it there)")
     skipped = [] if force else [j for j in todo if is_current(course, coursedir, j)]
-    todo = [j for j in todo if j not in skipped]
-    log(f"{len(todo)} submission(s) to grade, {len(skipped)} already graded (sandbox {isolation.mode})")
+    return [j for j in todo if j not in skipped], skipped, problems
+
+
+def _saver(course: Path, coursedir, problems: list[str], *, lock_wait: float, log):
+    """What the batches hand each row to (``saved``); a submission that could not be saved goes to
+    ``problems``."""
+    from ..isolation import sandbox
 
     def saved(job: Job, row: dict) -> None:
         """Each submission into the gradebook as soon as its row is back (its own transaction)."""
@@ -463,25 +506,7 @@ def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed:
             line += f"; gradebook total {total:g}/{most:g} (manual scores count there)"
         log(line)
 
-    client = _connect(scheduler) if scheduler and todo else None
-    try:
-        # one batch per assignment: grade_batch grades the same notebooks in every submission
-        for name in dict.fromkeys(j.assignment for j in todo):
-            group = [j for j in todo if j.assignment == name]
-            grade_batch([str(j.notebook) for j in group], notebooks=[name], device=device, limits=limits,
-                        seed=seed, jobs=max(1, jobs), scheduler=client, quiet=True,
-                        on_row=lambda i, row, group=group: saved(group[i], row))
-    except KeyboardInterrupt:
-        print("grade: interrupted; what was graded is saved: run grade again to continue", file=sys.stderr)
-        return 130
-    except sandbox.SandboxError as exc:
-        raise InstructorError(str(exc)) from None
-    finally:
-        if client is not None:
-            client.close()
-    for line in problems:
-        print(f"grade: not graded: {line}", file=sys.stderr)
-    return 1 if problems else 0
+    return saved
 
 
 def summary(course: Path) -> list[dict[str, Any]]:

@@ -165,32 +165,11 @@ def _kill_descendants() -> None:
             pass
 
 
-def main(job_dir: str, fd: int) -> int:
-    channel = Channel(fd)
-    _adopt_orphans()
-    with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as fh:
-        job = json.load(fh)
-    sys.path.insert(0, os.path.join(job_dir, "lib"))
-    _limit(job)
-    if not _refuse_calls() and sys.platform == "linux" and platform.machine() in REFUSED_CALLS:
-        print("grader: warning: the seccomp filter could not be installed; keyring and ptrace "
-              "calls are not refused", file=sys.stderr, flush=True)
-
-    import torch
-    from safetensors.torch import load_file, save
-
-    from tfcourse.checks.call import run_call
-    from tfcourse.checks.outcome import outcome_of_exception
-    from tfcourse.checks.wire import call_from_json, outcome_to_json
-
-    device, seed = job["device"], int(job["seed"])
-    tensors = load_file(os.path.join(job_dir, "inputs.safetensors"))
-    calls = {ex["name"]: [[call_from_json(c, tensors) for c in case] for case in ex["cases"]]
-             for ex in job["exercises"]}
-
-    # The numeric state every call starts from, whatever the learner's cells changed (threads,
-    # TF32, default dtype/device, grad mode, seeds, warning filters): verdicts must depend on
-    # the returned values only. The functions are bound now, before any learner code runs.
+def _numerics_reset(torch, seed: int):
+    """A function restoring the numeric state every call starts from, whatever the learner's cells
+    changed (threads, TF32, default dtype/device, grad mode, seeds, warning filters): verdicts
+    must depend on the returned values only. The functions it calls are bound now, so this must
+    run before any learner code does."""
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
     set_threads, set_dtype, set_grad = torch.set_num_threads, torch.set_default_dtype, torch.set_grad_enabled
     set_precision, manual_seed = torch.set_float32_matmul_precision, torch.manual_seed
@@ -217,105 +196,167 @@ def main(job_dir: str, fd: int) -> int:
         except Exception:  # noqa: BLE001 - a learner who broke these gets what they broke
             pass
 
+    return reset_numerics
+
+
+class _Run:
+    """What one child does once ready: the course's setup, the learner's cells in notebook order,
+    then the exercises' calls, each exercise's results sent as soon as it is graded.
+
+    An exercise whose check cell's place is known (a cell's "then") is graded right after that
+    cell, as Run All checks it, with the names as they are at that point; the others after the
+    last cell, as their own cell defined them. ``run_call``, ``save``, ``outcome_of_exception``
+    and ``outcome_to_json`` are the functions main imported once the job's library was on the
+    path."""
+
+    def __init__(self, job: dict, channel: Channel, calls: dict, reset_numerics, reserve: _Reserve, *,
+                 device: str, run_call, save, outcome_of_exception, outcome_to_json):
+        self.job, self.channel, self.calls, self.device = job, channel, calls, device
+        self.reset_numerics, self.reserve = reset_numerics, reserve
+        self.run_call, self.save = run_call, save
+        self.outcome_of_exception, self.outcome_to_json = outcome_of_exception, outcome_to_json
+        self.namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
+        self.cell_errors: dict = {}
+        # What each exercise's own cell defined: a later cell may reuse the name for a helper.
+        self.own: dict = {}
+        self.exercises = {ex["name"]: ex for ex in job["exercises"] if ex["name"] not in job["skip_exercises"]}
+        self.stand_ins = job.get("stand_ins") or {}
+
+    def run(self) -> int:
+        """Everything to the end (``done``), or until a fresh child must go on (``restart``)."""
+        if self._setup() and not self._cells():
+            return self._restart()
+        for name in list(self.exercises):
+            if not self.grade(name, {**self.namespace, **self.own}):
+                return self._restart()
+        self.channel.mark("done")
+        return 0
+
+    def _restart(self) -> int:
+        self.channel.mark("restart")
+        return 0
+
+    def _setup(self) -> bool:
+        """The course's setup cell; False when it failed (every exercise then errors)."""
+        try:
+            exec(compile(self.job["setup"], "<course setup>", "exec"), self.namespace)
+        except BaseException as exc:  # the course's own code failed: every exercise errors
+            setup_error = self.outcome_of_exception(exc)
+            self.cell_errors = {c["grade_id"]: setup_error for c in self.job["cells"]}
+            return False
+        return True
+
+    def _cells(self) -> bool:
+        """Each cell not skipped, then the exercises graded right after it; False when a fresh
+        child must go on."""
+        for cell in self.job["cells"]:
+            if cell["grade_id"] not in self.job["skip_cells"] and not self._cell(cell):
+                return False
+            for name in cell.get("then", []):
+                if name in self.exercises and not self.grade(name, dict(self.namespace)):
+                    return False
+        return True
+
+    def _cell(self, cell: dict) -> bool:
+        """Run one cell; its error is kept for its exercise. False when it ran out of memory (that
+        is reported, and a fresh child, which skips this cell, grades the others)."""
+        self.channel.mark(f"cell {cell['grade_id']}")
+        self.reset_numerics()
+        try:
+            exec(compile(cell["source"], f"<cell {cell['grade_id']}>", "exec"), self.namespace)
+            if cell["grade_id"] in self.namespace:
+                self.own[cell["grade_id"]] = self.namespace[cell["grade_id"]]
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt: all are the cell's error
+            if isinstance(exc, MemoryError):
+                self.reserve.release()
+                self.namespace.clear()  # what the cell allocated may still be referenced
+            self.cell_errors[cell["grade_id"]] = error = self.outcome_of_exception(exc)
+            if _out_of_memory(error):
+                # report it, and let a fresh child (which skips this cell) grade the others
+                name = cell["grade_id"]
+                self.channel.mark(f"exercise {name}")
+                self.channel.result(name, {"cell_error": self.outcome_to_json(error, {}, "cell"),
+                                           "run_error": None, "cases": []}, self.save({}))
+                return False
+        return True
+
+    def _use_stand_ins(self) -> None:
+        """The course's own code for exercises the learner's versions of which failed, so that an
+        exercise that calls them is graded on its own (one bug costs points once). The grading
+        process sends them only in a run of their own that grades no exercise stood in."""
+        course_view = dict(self.namespace)  # setup names and the learner's other objects
+        try:
+            for name, source in self.stand_ins.items():
+                exec(compile(source, f"<course {name}>", "exec"), course_view)
+        except BaseException as exc:  # the course's own code failed: every exercise errors
+            setup_error = self.outcome_of_exception(exc)
+            self.cell_errors.update({c["grade_id"]: setup_error for c in self.job["cells"]})
+        else:
+            for name in self.stand_ins:
+                self.namespace[name] = self.own[name] = course_view[name]
+
+    def grade(self, name: str, view: dict) -> bool:
+        """Run one exercise's calls and send its results; False when a fresh child must go on."""
+        self.exercises.pop(name)
+        if self.stand_ins:
+            self._use_stand_ins()
+            view = {**view, **{n: self.namespace[n] for n in self.stand_ins if n in self.namespace}}
+        self.channel.mark(f"exercise {name}")
+        out_tensors: dict = {}
+        record: dict = {"cell_error": None, "run_error": None, "cases": []}
+        try:
+            if name in self.cell_errors:
+                record["cell_error"] = self.outcome_to_json(self.cell_errors[name], out_tensors, "cell")
+            else:
+                for i, case in enumerate(self.calls[name]):
+                    outcomes = []
+                    for k, call in enumerate(case):
+                        self.reset_numerics()
+                        outcome = self.run_call(call, view, self.device)
+                        outcomes.append(self.outcome_to_json(outcome, out_tensors, f"c{i}_{k}"))
+                    record["cases"].append(outcomes)
+            data = self.save(out_tensors)
+        except BaseException as exc:  # e.g. MemoryError while keeping a huge answer
+            self.reserve.release()
+            out_tensors.clear()
+            record = {"cell_error": None,
+                      "run_error": self.outcome_to_json(self.outcome_of_exception(exc), {}, "e"), "cases": []}
+            data = self.save({})
+        self.channel.result(name, record, data)
+        # memory the learner's code kept must not starve the others
+        return not (_out_of_memory_record(record) and self.exercises)
+
+
+def main(job_dir: str, fd: int) -> int:
+    channel = Channel(fd)
+    _adopt_orphans()
+    with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as fh:
+        job = json.load(fh)
+    sys.path.insert(0, os.path.join(job_dir, "lib"))
+    _limit(job)
+    if not _refuse_calls() and sys.platform == "linux" and platform.machine() in REFUSED_CALLS:
+        print("grader: warning: the seccomp filter could not be installed; keyring and ptrace "
+              "calls are not refused", file=sys.stderr, flush=True)
+
+    import torch
+    from safetensors.torch import load_file, save
+
+    from tfcourse.checks.call import run_call
+    from tfcourse.checks.outcome import outcome_of_exception
+    from tfcourse.checks.wire import call_from_json, outcome_to_json
+
+    device, seed = job["device"], int(job["seed"])
+    tensors = load_file(os.path.join(job_dir, "inputs.safetensors"))
+    calls = {ex["name"]: [[call_from_json(c, tensors) for c in case] for case in ex["cases"]]
+             for ex in job["exercises"]}
+
+    reset_numerics = _numerics_reset(torch, seed)  # before any learner code runs
     reset_numerics()
     reserve = _Reserve()
     os.chdir(os.environ.get("HOME", "."))
     channel.mark("ready")
-
-    namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
-    cell_errors: dict = {}
-    # What each exercise's own cell defined: a later cell may reuse the name for a helper. An
-    # exercise whose check cell's place is known (a cell's "then") is graded right there, as Run
-    # All checks it, with the names as they are at that point; the others after the last cell,
-    # as their own cell defined them.
-    own: dict = {}
-    exercises = {ex["name"]: ex for ex in job["exercises"] if ex["name"] not in job["skip_exercises"]}
-    stand_ins = job.get("stand_ins") or {}
-
-    def use_stand_ins() -> None:
-        """The course's own code for exercises the learner's versions of which failed, so that an
-        exercise that calls them is graded on its own (one bug costs points once). The grading
-        process sends them only in a run of their own that grades no exercise stood in."""
-        course_view = dict(namespace)  # setup names and the learner's other objects
-        try:
-            for name, source in stand_ins.items():
-                exec(compile(source, f"<course {name}>", "exec"), course_view)
-        except BaseException as exc:  # the course's own code failed: every exercise errors
-            setup_error = outcome_of_exception(exc)
-            cell_errors.update({c["grade_id"]: setup_error for c in job["cells"]})
-        else:
-            for name in stand_ins:
-                namespace[name] = own[name] = course_view[name]
-
-    def grade(name: str, view: dict) -> bool:
-        """Run one exercise's calls and send its results; False when a fresh child must go on."""
-        exercises.pop(name)
-        if stand_ins:
-            use_stand_ins()
-            view = {**view, **{n: namespace[n] for n in stand_ins if n in namespace}}
-        channel.mark(f"exercise {name}")
-        out_tensors: dict = {}
-        record: dict = {"cell_error": None, "run_error": None, "cases": []}
-        try:
-            if name in cell_errors:
-                record["cell_error"] = outcome_to_json(cell_errors[name], out_tensors, "cell")
-            else:
-                for i, case in enumerate(calls[name]):
-                    outcomes = []
-                    for k, call in enumerate(case):
-                        reset_numerics()
-                        outcome = run_call(call, view, device)
-                        outcomes.append(outcome_to_json(outcome, out_tensors, f"c{i}_{k}"))
-                    record["cases"].append(outcomes)
-            data = save(out_tensors)
-        except BaseException as exc:  # e.g. MemoryError while keeping a huge answer
-            reserve.release()
-            out_tensors.clear()
-            record = {"cell_error": None, "run_error": outcome_to_json(outcome_of_exception(exc), {}, "e"),
-                      "cases": []}
-            data = save({})
-        channel.result(name, record, data)
-        # memory the learner's code kept must not starve the others
-        return not (_out_of_memory_record(record) and exercises)
-
-    try:
-        exec(compile(job["setup"], "<course setup>", "exec"), namespace)
-    except BaseException as exc:  # the course's own code failed: every exercise errors
-        setup_error = outcome_of_exception(exc)
-        cell_errors = {c["grade_id"]: setup_error for c in job["cells"]}
-    else:
-        for cell in job["cells"]:
-            if cell["grade_id"] not in job["skip_cells"]:
-                channel.mark(f"cell {cell['grade_id']}")
-                reset_numerics()
-                try:
-                    exec(compile(cell["source"], f"<cell {cell['grade_id']}>", "exec"), namespace)
-                    if cell["grade_id"] in namespace:
-                        own[cell["grade_id"]] = namespace[cell["grade_id"]]
-                except BaseException as exc:  # SystemExit, KeyboardInterrupt: all are the cell's error
-                    if isinstance(exc, MemoryError):
-                        reserve.release()
-                        namespace.clear()  # what the cell allocated may still be referenced
-                    cell_errors[cell["grade_id"]] = error = outcome_of_exception(exc)
-                    if _out_of_memory(error):
-                        # report it, and let a fresh child (which skips this cell) grade the others
-                        name = cell["grade_id"]
-                        channel.mark(f"exercise {name}")
-                        channel.result(name, {"cell_error": outcome_to_json(error, {}, "cell"),
-                                              "run_error": None, "cases": []}, save({}))
-                        channel.mark("restart")
-                        return 0
-            for name in cell.get("then", []):
-                if name in exercises and not grade(name, dict(namespace)):
-                    channel.mark("restart")
-                    return 0
-
-    for name in list(exercises):
-        if not grade(name, {**namespace, **own}):
-            channel.mark("restart")
-            return 0
-    channel.mark("done")
-    return 0
+    return _Run(job, channel, calls, reset_numerics, reserve, device=device, run_call=run_call, save=save,
+                outcome_of_exception=outcome_of_exception, outcome_to_json=outcome_to_json).run()
 
 
 if __name__ == "__main__":

@@ -254,22 +254,13 @@ def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[s
     with tempfile.TemporaryDirectory(prefix="tfcourse-grade-", dir=views.jobs_folder()) as tmp:
         job_dir = Path(tmp)
         jobfolder.fill_job(job_dir, notebook)
-        tensors: dict[str, torch.Tensor] = {}
-        exercises = []
-        for name, ex_cases in cases.items():
-            encoded = [[call_to_json(call, tensors, f"{name}_{i}_{k}") for k, call in enumerate(case.calls)]
-                       for i, case in enumerate(ex_cases)]
-            exercises.append({"name": name, "cases": encoded})
-        save_file(tensors, str(job_dir / "inputs.safetensors"))
+        exercises = _write_inputs(job_dir, cases)
         jobfolder.readable(job_dir)
 
         # Each legitimate restart uses up a cell or an exercise; more means forged progress lines.
         max_children = len(cells) + len(cases) + 1
         children = 0
-        while True:
-            pending = [n for n in cases if n not in runs]
-            if not pending:
-                break
+        while pending := [n for n in cases if n not in runs]:
             if children == max_children:
                 for name in pending:
                     runs[name] = ExerciseRun("crashed", message="the child kept dying without reporting "
@@ -304,26 +295,46 @@ def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[s
                     runs.setdefault(name, ExerciseRun("crashed", message=f"the child sent no result{why}"))
                 break
             restarts += 1
-            reason, limit = died["reason"], died.get("limit", "")
-            if current is None:
-                # died before any learner code ran: the course or the machine is at fault
-                for name in pending:
-                    runs.setdefault(name, ExerciseRun("crashed", message=f"the grader's child failed to start: {reason}"))
-                break
-            kind, what = current
-            status = "timeout" if limit == "timeout" else "crashed"
-            if kind == "cell":
-                skip_cells.append(what)
-                if what in cases and what not in runs:
-                    runs[what] = ExerciseRun(status, message=f"while defining the cell: {reason}", limit=limit)
-            elif kind == "exercise":
-                runs.setdefault(what, ExerciseRun(status, message=reason, limit=limit))
-            elif kind == "done":
+            if not _blame(current, died, pending, cases, runs, skip_cells):
                 break
     text = safe_text(output.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n"))
     if dropped:
         text += f"\n[… {dropped} more bytes of output discarded: output limit --output {limits.output_kb} KiB]"
     return NotebookRun(runs, text, restarts, box.mode, list(skip_cells))
+
+
+def _write_inputs(job_dir: Path, cases: dict[str, list[Case]]) -> list[dict]:
+    """Every exercise's calls encoded for the child (JSON), their tensors saved in
+    ``inputs.safetensors``; the exercises of job.json."""
+    tensors: dict[str, torch.Tensor] = {}
+    exercises = []
+    for name, ex_cases in cases.items():
+        encoded = [[call_to_json(call, tensors, f"{name}_{i}_{k}") for k, call in enumerate(case.calls)]
+                   for i, case in enumerate(ex_cases)]
+        exercises.append({"name": name, "cases": encoded})
+    save_file(tensors, str(job_dir / "inputs.safetensors"))
+    return exercises
+
+
+def _blame(current: tuple[str, str] | None, died: dict, pending: list[str], cases: dict[str, list[Case]],
+           runs: dict[str, ExerciseRun], skip_cells: list[str]) -> bool:
+    """A child died (or was stopped): what it was doing gets the status; whether a fresh child
+    should go on with the exercises left (the next one skips a cell that killed this one)."""
+    reason, limit = died["reason"], died.get("limit", "")
+    if current is None:
+        # died before any learner code ran: the course or the machine is at fault
+        for name in pending:
+            runs.setdefault(name, ExerciseRun("crashed", message=f"the grader's child failed to start: {reason}"))
+        return False
+    kind, what = current
+    status = "timeout" if limit == "timeout" else "crashed"
+    if kind == "cell":
+        skip_cells.append(what)
+        if what in cases and what not in runs:
+            runs[what] = ExerciseRun(status, message=f"while defining the cell: {reason}", limit=limit)
+    elif kind == "exercise":
+        runs.setdefault(what, ExerciseRun(status, message=reason, limit=limit))
+    return kind != "done"
 
 
 def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: bytearray, cap: int,
@@ -334,6 +345,27 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
     ready, the whole child never gets more than that for ``steps`` steps (plus one), so progress
     lines forged by learner code cannot keep it running."""
     read_end, write_end = os.pipe()
+    proc = _start_child(job_dir, box, limits, device, write_end)
+    channel = _Channel(read_end)
+    channel.start()
+    drain = _Drain(proc.stdout, max(0, cap))
+    drain.start()
+    watcher = watch.Watch(proc.pid)
+    current, seen, stop = _watch_child(proc, channel, watcher, limits, steps)
+    watch.kill_tree(proc, watcher)
+    if isinstance(proc, fastpath.ForkedChild):
+        fastpath.release(proc)
+    drain.join(timeout=2 if box.pid_namespace else 5)
+    channel.join(timeout=2 if box.pid_namespace else 5)
+    output += drain.kept
+    info, results = _how_it_ended(proc, box, channel, drain, limits, stop, seen)
+    return current, info, results
+
+
+def _start_child(job_dir: Path, box: sandbox.Sandbox, limits: Limits, device: str, write_end: int):
+    """The child, started on the job: a fork of a warm zygote (fastpath.py) where that works,
+    else a fresh process in the sandbox. ``write_end`` (the channel) is closed here once the
+    child has it."""
     proc = None
     if fastpath.enabled(box):  # a fork of a warm zygote, in the same sandbox (fastpath.py)
         spec = views.launch(box.mode, job_dir, ["3"], device=device, scratch_mb=limits.file_mb)
@@ -356,55 +388,68 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
             os.close(write_end)
     else:
         os.close(write_end)
-    channel = _Channel(read_end)
-    channel.start()
-    drain = _Drain(proc.stdout, max(0, cap))
-    drain.start()
-    watcher = watch.Watch(proc.pid)
+    return proc
+
+
+def _watch_child(proc, channel: _Channel, watcher: watch.Watch, limits: Limits,
+                 steps: int) -> tuple[tuple[str, str] | None, int, tuple[str, str] | None]:
+    """Follow the child's progress until it exits or passes a limit: (what it was doing, how many
+    progress lines it sent, (reason, limit) when it was stopped, else None)."""
     seen = 0
     current: tuple[str, str] | None = None
     deadline = time.monotonic() + limits.startup
     overall = float("inf")  # set when the child is ready
     next_watch = time.monotonic() + WATCH_EVERY
-    stop: tuple[str, str] | None = None  # (reason, limit) when we stopped it
-    memory = limits.memory_mb * 2**20
     while True:
         code = proc.poll()
         lines = channel.snapshot()
         if len(lines) > seen:
             if not seen:
                 overall = time.monotonic() + limits.timeout * (steps + 1)
-            for line in lines[seen:]:
-                kind, _, what = line.partition(" ")
-                if kind in ("cell", "exercise", "done", "ready"):
-                    current = (kind, what) if kind != "ready" else None
+            current = _last_step(lines[seen:], current)
             seen = len(lines)
             deadline = min(time.monotonic() + limits.timeout, overall)
         if code is not None:
-            break
+            return current, seen, None
         now = time.monotonic()
         if now > deadline:
             limit = limits.timeout if seen else limits.startup
-            stop = (f"stopped after the {limit:g} s time limit", "timeout")
-            break
+            return current, seen, (f"stopped after the {limit:g} s time limit", "timeout")
         if now > next_watch:
             next_watch = now + WATCH_EVERY
-            tasks, rss = watcher.sample()
-            if tasks > limits.tasks:
-                stop = (f"process limit exceeded: it ran more than {limits.tasks} processes/threads "
-                        f"at once (fork loop?)", "tasks")
-                break
-            if memory and rss > memory and watcher.pss() > memory:
-                stop = (f"memory limit exceeded: its processes used more than {limits.memory_mb} MiB "
-                        f"together (--memory {limits.memory_mb} MiB)", "memory")
-                break
+            stop = _over_limits(watcher, limits)
+            if stop is not None:
+                return current, seen, stop
         time.sleep(POLL)
-    watch.kill_tree(proc, watcher)
-    if isinstance(proc, fastpath.ForkedChild):
-        fastpath.release(proc)
-    drain.join(timeout=2 if box.pid_namespace else 5)
-    channel.join(timeout=2 if box.pid_namespace else 5)
-    output += drain.kept
+
+
+def _last_step(lines: list[str], current: tuple[str, str] | None) -> tuple[str, str] | None:
+    """What the child is doing after the progress lines ``lines`` (None: ready, no step yet)."""
+    for line in lines:
+        kind, _, what = line.partition(" ")
+        if kind in ("cell", "exercise", "done", "ready"):
+            current = (kind, what) if kind != "ready" else None
+    return current
+
+
+def _over_limits(watcher: watch.Watch, limits: Limits) -> tuple[str, str] | None:
+    """(reason, limit) when the child's processes/threads or their memory are past the limits."""
+    memory = limits.memory_mb * 2**20
+    tasks, rss = watcher.sample()
+    if tasks > limits.tasks:
+        return (f"process limit exceeded: it ran more than {limits.tasks} processes/threads "
+                f"at once (fork loop?)", "tasks")
+    if memory and rss > memory and watcher.pss() > memory:
+        return (f"memory limit exceeded: its processes used more than {limits.memory_mb} MiB "
+                f"together (--memory {limits.memory_mb} MiB)", "memory")
+    return None
+
+
+def _how_it_ended(proc, box: sandbox.Sandbox, channel: _Channel, drain: _Drain, limits: Limits,
+                  stop: tuple[str, str] | None, seen: int) -> tuple[dict, dict[str, tuple[bytes, bytes]]]:
+    """(death info, results) of a child that has ended. The info: "dropped" (output bytes
+    discarded), "restart" (it asked for a fresh child), "reason" and "limit" (it was stopped, or
+    died before it said done), "broken" (it finished, but its results could not all be read)."""
     info: dict = {"dropped": drain.dropped}
     lines = channel.snapshot()
     finished = bool(lines) and lines[-1] in ("done", "restart")
@@ -423,7 +468,7 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
         results = dict(channel.results)
     if channel.broken and finished:
         info["broken"] = channel.broken
-    return current, info, results
+    return info, results
 
 
 def _size(n: int) -> str:

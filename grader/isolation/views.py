@@ -129,43 +129,16 @@ def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: 
     and /proc is the grading machine's (read-write bind, no PID namespace: bubblewrap's own
     /proc has covered entries, which would stop the forks mounting a /proc of their own PID
     namespace; the forks make those namespaces)."""
-    namespaces = ["--unshare-all"]  # user (if it can), IPC, PID, network, UTS, cgroup (if it can)
-    if jobs is not None:
-        namespaces = ["--unshare-user-try", "--unshare-ipc", "--unshare-net", "--unshare-uts",
-                      "--unshare-cgroup-try"]
-    if jobs is not None and os.getuid() == 0:
-        # Each fork maps its own root to the zygote's user; since Linux 5.12 a namespace made
-        # without CAP_SETFCAP cannot map the parent's uid 0, so a root grader's zygote runs as
-        # another uid of its namespace (still the grader's user outside it).
-        namespaces[0:1] = ["--unshare-user", "--uid", str(ZYGOTE_UID), "--gid", str(ZYGOTE_UID)]
     # --die-with-parent ties bwrap to the thread that started it (PR_SET_PDEATHSIG); a zygote is
     # started by a short-lived thread (fastpath.prestart) and exits when its socket closes instead.
-    argv = ["bwrap", *namespaces, *(["--die-with-parent"] if jobs is None else []), "--new-session",
+    argv = ["bwrap", *_bwrap_namespaces(jobs), *(["--die-with-parent"] if jobs is None else []), "--new-session",
             "--cap-drop", "ALL", "--hostname", "grader"]
     # Scratch space first: a size-limited tmpfs at /tmp, thrown away with the sandbox (no disk
     # fill). Mounted before the binds so that a Python installation under /tmp (a virtual
     # environment in a checkout under /tmp, as CI makes) is bound on top of it, not hidden by it.
     argv += ["--size", str(scratch_bytes), "--tmpfs", SCRATCH_VIEW, "--dir", f"{SCRATCH_VIEW}/work"]
-    visible: list[str] = []
-
-    def ro(path: str) -> None:
-        nonlocal argv
-        if any(linux.under(path, v) for v in visible):
-            return
-        argv += ["--ro-bind", path, path]
-        visible.append(path)
-
-    ro("/usr")
-    for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-        if os.path.islink(d):
-            argv += ["--symlink", os.readlink(d), d]
-        elif os.path.isdir(d):
-            ro(d)
-    for f in ETC_FILES:
-        argv += ["--ro-bind-try", f, f]
-    for d in sorted(_python_dirs(), key=len):  # a folder before the folders inside it
-        if not linux.under(SCRATCH_VIEW, d):  # never /tmp itself (or /): it holds other jobs' files
-            ro(d)
+    binds, visible = _bwrap_system_binds()
+    argv += binds
     # read-only: learner code must not write /proc/1/mem of bubblewrap's init (nor anything else)
     argv += ["--proc", "/proc", "--remount-ro", "/proc"] if jobs is None else ["--bind", "/proc", "/proc"]
     argv += ["--dev", "/dev"]
@@ -175,17 +148,65 @@ def _bwrap_argv(job_dir: Path, inner: list[str], *, device: str, scratch_bytes: 
         argv += ["--ro-bind-try", "/sys", "/sys"]
     # /dev/shm: size-limited, thrown away with the sandbox (no disk fill).
     argv += ["--size", str(scratch_bytes), "--tmpfs", "/dev/shm"]
-    # Anything secret that lies inside a folder the child needs is covered by an empty tmpfs: the
-    # course checkout and packages, and the folders around the submissions and reports (protect).
+    argv += _bwrap_covers(visible)
+    if jobs is not None:
+        argv += ["--ro-bind", jobs, JOBS_VIEW]
+    argv += ["--ro-bind", str(job_dir), JOB_VIEW, "--chdir", f"{SCRATCH_VIEW}/work", "--"]
+    return argv + inner
+
+
+def _bwrap_namespaces(jobs: str | None) -> list[str]:
+    """bwrap's namespace options: all of them for a child; a zygote's view (``jobs``) keeps the
+    grading machine's PID namespace (its forks make their own)."""
+    namespaces = ["--unshare-all"]  # user (if it can), IPC, PID, network, UTS, cgroup (if it can)
+    if jobs is not None:
+        namespaces = ["--unshare-user-try", "--unshare-ipc", "--unshare-net", "--unshare-uts",
+                      "--unshare-cgroup-try"]
+    if jobs is not None and os.getuid() == 0:
+        # Each fork maps its own root to the zygote's user; since Linux 5.12 a namespace made
+        # without CAP_SETFCAP cannot map the parent's uid 0, so a root grader's zygote runs as
+        # another uid of its namespace (still the grader's user outside it).
+        namespaces[0:1] = ["--unshare-user", "--uid", str(ZYGOTE_UID), "--gid", str(ZYGOTE_UID)]
+    return namespaces
+
+
+def _bwrap_system_binds() -> tuple[list[str], list[str]]:
+    """(bwrap options, the folders they show): the system, a few /etc files and the Python
+    installation, read-only; a folder inside one already shown is not bound again."""
+    argv: list[str] = []
+    visible: list[str] = []
+
+    def ro(path: str) -> None:
+        if any(linux.under(path, v) for v in visible):
+            return
+        argv.extend(["--ro-bind", path, path])
+        visible.append(path)
+
+    ro("/usr")
+    for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(d):
+            argv.extend(["--symlink", os.readlink(d), d])
+        elif os.path.isdir(d):
+            ro(d)
+    for f in ETC_FILES:
+        argv.extend(["--ro-bind-try", f, f])
+    for d in sorted(_python_dirs(), key=len):  # a folder before the folders inside it
+        if not linux.under(SCRATCH_VIEW, d):  # never /tmp itself (or /): it holds other jobs' files
+            ro(d)
+    return argv, visible
+
+
+def _bwrap_covers(visible: list[str]) -> list[str]:
+    """Anything secret that lies inside a folder the child sees (``visible``) is covered by an
+    empty tmpfs: the course checkout and packages, and the folders around the submissions and
+    reports (protect)."""
+    argv: list[str] = []
     covered: list[str] = []
     for secret in sorted({*hidden_paths(), *protected()}, key=len):
         if any(linux.under(secret, v) for v in visible) and not any(linux.under(secret, c) for c in covered):
             argv += ["--size", "4096", "--tmpfs", secret, "--remount-ro", secret]
             covered.append(secret)
-    if jobs is not None:
-        argv += ["--ro-bind", jobs, JOBS_VIEW]
-    argv += ["--ro-bind", str(job_dir), JOB_VIEW, "--chdir", f"{SCRATCH_VIEW}/work", "--"]
-    return argv + inner
+    return argv
 
 
 def bwrap_covered(device: str = "cpu") -> list[str]:

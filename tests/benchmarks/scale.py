@@ -119,7 +119,7 @@ def nbgrader_full(tmp: Path, notebooks: list[str]) -> tuple[list[list[str]], Pat
     return cmds, course, env
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=2, help="timed runs of each command (default: 2)")
     p.add_argument("--class-size", type=int, default=32, help="submissions in tables 2 and 3 (default: 32)")
@@ -127,7 +127,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="which tables to run: 1, 2, 3 (default: 123); n: only the nbgrader row of table 1")
     p.add_argument("--nbgrader", action="store_true",
                    help="add nbgrader autograde of the full submission to table 1 (several minutes)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     py = [sys.executable, "-m", "grader"]
     notebooks = sorted(p.stem for p in SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
     tmp = Path(tempfile.mkdtemp(prefix="scale-bench-"))
@@ -138,67 +142,21 @@ def main(argv: list[str] | None = None) -> int:
         for n in notebooks:
             shutil.copy(SOLUTIONS / f"{n}.ipynb", full)
         report = tmp / "report.json"
-        base = {**os.environ}
-        fast = {**base, "TFCOURSE_SANDBOX": "bwrap"}
-        cold = {**fast, "TFCOURSE_FAST": "0"}
-        fast_unshare = {**base, "TFCOURSE_SANDBOX": "unshare"}
-        cold_unshare = {**fast_unshare, "TFCOURSE_FAST": "0"}
-        one = [*py, str(full), "--quiet", "--json", str(report)]
+        fast = _env("bwrap")
         print(f"Machine: {gvn.machine()}")
         print(f"\nload average before table 1: {load()}")
-        commands = {}
-        if "1" in args.tables:
-            commands = {"fast path (bwrap, the default)": (one, fast, report),
-                        "cold path (bwrap, TFCOURSE_FAST=0)": (one, cold, report),
-                        "fast path (unshare)": (one, fast_unshare, report),
-                        "cold path (unshare, TFCOURSE_FAST=0)": (one, cold_unshare, report)}
-        if args.nbgrader or "n" in args.tables:
-            cmds, course, env = nbgrader_full(tmp / "nbg", notebooks)
-            def nbgrader() -> None:
-                for c in cmds:
-                    gvn.run(c, course, env)
-
-            def full_marks() -> None:
-                score, max_score = _nbgrader_totals(course, notebooks)
-                if score != max_score:
-                    sys.exit(f"nbgrader autograde gave {score} of {max_score}: not timing a wrong result")
-
-            commands[NBG] = (nbgrader, env, full_marks)
-        times = alternate(commands, args.repeats) if commands else {}
-        if times:
-            table(f"Table 1: one full submission ({len(notebooks)} notebooks), {args.repeats} timed runs after a "
-              "warm-up", times, next(iter(times)))
+        _table_1(args, tmp, [*py, str(full), "--quiet", "--json", str(report)], notebooks, report)
         if "2" not in args.tables and "3" not in args.tables:
             return 0
 
-        klass = tmp / "class"
-        for i in range(args.class_size):
-            (klass / f"s{i:03d}").mkdir(parents=True)
-            shutil.copy(SOLUTIONS / "01_attention.ipynb", klass / f"s{i:03d}")
-        subs = sorted(str(s) for s in klass.iterdir())
-        batch = [*py, *subs, "--notebooks", "01_attention", "--quiet", "--json", str(report)]
+        batch = [*py, *_class(tmp, args.class_size), "--notebooks", "01_attention", "--quiet", "--json", str(report)]
         print(f"\nload average before table 2: {load()}")
         times = {} if "2" not in args.tables else alternate({"--jobs 1": ([*batch, "--jobs", "1"], fast, report),
                            "--jobs 2": ([*batch, "--jobs", "2"], fast, report)}, args.repeats, warm_up=False)
         if times:
             table(f"Table 2: {args.class_size} notebook-01 submissions, fast path", times, "--jobs 1")
 
-        sched_file = tmp / "scheduler.json"
-        dask = str(Path(sys.executable).parent / "dask")
-        procs.append(subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                                       "--scheduler-file", str(sched_file)], env=fast, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, start_new_session=True))
-        while not sched_file.exists():
-            time.sleep(0.2)
-        address = json.loads(sched_file.read_text())["address"]
-        for _ in range(2):
-            procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--host", "127.0.0.1",
-                                           "--no-dashboard"], env=fast, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL, start_new_session=True))
-        from distributed import Client
-
-        with Client(address, timeout="120s") as c:
-            c.wait_for_workers(2, timeout=300)
+        address = _dask_cluster(tmp, fast, procs)
         print(f"\nload average before table 3: {load()}")
         times = alternate({"local pool, --jobs 2": ([*batch, "--jobs", "2"], fast, report),
                            "Dask, 2 local workers": ([*batch, "--scheduler", address], fast, report)},
@@ -216,6 +174,76 @@ def main(argv: list[str] | None = None) -> int:
                 pass
             proc.wait()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _env(sandbox: str, *, fast: bool = True) -> dict[str, str]:
+    """This environment with TFCOURSE_SANDBOX=``sandbox``; ``fast=False``: the cold path too."""
+    env = {**os.environ, "TFCOURSE_SANDBOX": sandbox}
+    return env if fast else {**env, "TFCOURSE_FAST": "0"}
+
+
+def _table_1(args: argparse.Namespace, tmp: Path, one: list[str], notebooks: list[str], report: Path) -> None:
+    """One full submission: fast and cold path, bwrap and unshare (and nbgrader autograde)."""
+    commands = {}
+    if "1" in args.tables:
+        commands = {"fast path (bwrap, the default)": (one, _env("bwrap"), report),
+                    "cold path (bwrap, TFCOURSE_FAST=0)": (one, _env("bwrap", fast=False), report),
+                    "fast path (unshare)": (one, _env("unshare"), report),
+                    "cold path (unshare, TFCOURSE_FAST=0)": (one, _env("unshare", fast=False), report)}
+    if args.nbgrader or "n" in args.tables:
+        commands[NBG] = _nbgrader_command(tmp, notebooks)
+    times = alternate(commands, args.repeats) if commands else {}
+    if times:
+        table(f"Table 1: one full submission ({len(notebooks)} notebooks), {args.repeats} timed runs after a "
+              "warm-up", times, next(iter(times)))
+
+
+def _nbgrader_command(tmp: Path, notebooks: list[str]):
+    """nbgrader autograde of every notebook, one after another, in a temporary course: (the
+    function to time, its environment, the function checking it gave full marks)."""
+    cmds, course, env = nbgrader_full(tmp / "nbg", notebooks)
+
+    def nbgrader() -> None:
+        for c in cmds:
+            gvn.run(c, course, env)
+
+    def full_marks() -> None:
+        score, max_score = _nbgrader_totals(course, notebooks)
+        if score != max_score:
+            sys.exit(f"nbgrader autograde gave {score} of {max_score}: not timing a wrong result")
+
+    return nbgrader, env, full_marks
+
+
+def _class(tmp: Path, size: int) -> list[str]:
+    """A class of ``size`` copies of the notebook-01 submission: their folders."""
+    klass = tmp / "class"
+    for i in range(size):
+        (klass / f"s{i:03d}").mkdir(parents=True)
+        shutil.copy(SOLUTIONS / "01_attention.ipynb", klass / f"s{i:03d}")
+    return sorted(str(s) for s in klass.iterdir())
+
+
+def _dask_cluster(tmp: Path, env: dict[str, str], procs: list[subprocess.Popen]) -> str:
+    """A Dask scheduler and 2 workers (one thread each) on 127.0.0.1, their processes added to
+    ``procs``; the scheduler's address, once both workers are there."""
+    sched_file = tmp / "scheduler.json"
+    dask = str(Path(sys.executable).parent / "dask")
+    procs.append(subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                                   "--scheduler-file", str(sched_file)], env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True))
+    while not sched_file.exists():
+        time.sleep(0.2)
+    address = json.loads(sched_file.read_text())["address"]
+    for _ in range(2):
+        procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--host", "127.0.0.1",
+                                       "--no-dashboard"], env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, start_new_session=True))
+    from distributed import Client
+
+    with Client(address, timeout="120s") as c:
+        c.wait_for_workers(2, timeout=300)
+    return address
 
 
 def _nbgrader_totals(course: Path, assignments: list[str]) -> tuple[float, float]:

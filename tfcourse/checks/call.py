@@ -305,84 +305,124 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
     if target is None:
         return Outcome("error", error_type="NameError", error_message=f"`{call.target}` is not defined")
     try:
-        instances = _Instances(namespace, target)
-        args = _materialize(call.args, device, instances)
-        kwargs = _materialize(call.kwargs, device, instances)
-        watched = watch_inputs(target, args, kwargs)
-        if call.grad_of and call.forward_args is None and call.state is None:
-            result = call_and_gradients(target, call.grad_of, args, kwargs)
-            if (modified := modified_input(watched)) is not None:
-                return modified
-            return result if isinstance(result, Outcome) else outcome_of(result)
-        result = target(*args, **kwargs)
-        if (modified := modified_input(watched)) is not None:
-            return modified
-        if call.state is not None:
-            if not isinstance(result, torch.nn.Module):
-                return Outcome("bad_type", type_name=f"{type(result).__name__} (expected an nn.Module)")
-            dtype = state_dtype(call.state)
-            if device is not None or dtype is not None:
-                result = result.to(device=device, dtype=dtype)
-            load_parameters(result, _materialize(call.state, device))
-        rows = RowCounter(result, call.count_rows_of) if call.count_rows_of else None
-        if isinstance(rows, Outcome):
-            return rows
-        results: list[Any] = []
-        built = result
-        shapes = ShapeWatch(call.forbid_shapes)
-        if call.forward_args is not None:
-            if not isinstance(result, torch.nn.Module):
-                return Outcome("bad_type", type_name=f"{type(result).__name__} (expected an nn.Module)")
-            result.eval()
-            forward_args = _materialize(call.forward_args, device, instances)
-            forward_kwargs = _materialize(call.forward_kwargs, device, instances)
-            watched = watch_inputs(result.forward, forward_args, forward_kwargs)
-            if call.grad_of:
-                result = forward_and_gradients(result, call.grad_of, forward_args, forward_kwargs)
-                if isinstance(result, Outcome):
-                    return result
-            else:
-                with torch.no_grad(), shapes:
-                    result = result(*forward_args, **forward_kwargs)
-            if (modified := modified_input(watched)) is not None:
-                return modified
-            if (forbidden := shapes.outcome()) is not None:
-                return forbidden
-            results.append(result)
-        for step in call.steps:
-            owner = built if not step.on else instances.by_key.get(step.on)
-            if owner is None and (step.on or step.method):  # reading a returned None itself is fine
-                raise ValueError(f"no Instance with key {step.on!r} in this call")
-            if step.attribute:  # an empty name reads the object itself (e.g. a function's int or None)
-                results.append(getattr(owner, step.method) if step.method else owner)
-                continue
-            if step.method == "__call__":
-                fn: Any = owner  # a module's __call__, so that hooks run; its forward names the arguments
-                if isinstance(owner, torch.nn.Module):
-                    owner.eval()
-                signature_of = owner.forward if isinstance(owner, torch.nn.Module) else owner
-            else:
-                fn = signature_of = getattr(owner, step.method)
-            step_args = _materialize(step.args, device, instances)
-            step_kwargs = _materialize(step.kwargs, device, instances)
-            watched = watch_inputs(signature_of, step_args, step_kwargs)
-            with torch.no_grad(), shapes:
-                value = fn(*step_args, **step_kwargs)
-            if (modified := modified_input(watched)) is not None:
-                return modified
-            if (forbidden := shapes.outcome()) is not None:
-                return forbidden
-            results.append(value)
-        if rows is not None:
-            results.append(rows.counts())
-            rows.remove()
-        if not call.steps and rows is None:
-            return outcome_of(result)
-        return _flattened(results)
+        return _CallRun(call, namespace, target, device).outcome()
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit too: learner code must not end the check
         return outcome_of_exception(exc)
+
+
+def _not_a_module(value: Any) -> Outcome:
+    return Outcome("bad_type", type_name=f"{type(value).__name__} (expected an nn.Module)")
+
+
+class _CallRun:
+    """One run of a :class:`Call` (see :func:`run_call`, which catches what it raises): the objects
+    it builds and the results it keeps. Each phase returns the outcome that ends the run early (a
+    modified input, a forbidden shape, not a module), or None to go on."""
+
+    def __init__(self, call: Call, namespace: dict[str, Any], target: Any,
+                 device: torch.device | str | None) -> None:
+        self.call, self.target, self.device = call, target, device
+        self.instances = _Instances(namespace, target)
+        self.result: Any = None  # what the call returned; after a forward call, what that returned
+        self.results: list[Any] = []  # the forward call's and the steps' results, in order
+
+    def _materialize(self, value: Any) -> Any:
+        return _materialize(value, self.device, self.instances)
+
+    def outcome(self) -> Outcome:
+        call = self.call
+        args = self._materialize(call.args)
+        kwargs = self._materialize(call.kwargs)
+        watched = watch_inputs(self.target, args, kwargs)
+        if call.grad_of and call.forward_args is None and call.state is None:
+            result = call_and_gradients(self.target, call.grad_of, args, kwargs)
+            if (modified := modified_input(watched)) is not None:
+                return modified
+            return result if isinstance(result, Outcome) else outcome_of(result)
+        self.result = self.target(*args, **kwargs)
+        if (modified := modified_input(watched)) is not None:
+            return modified
+        if call.state is not None and (stop := self._load_state(call.state)) is not None:
+            return stop
+        rows = RowCounter(self.result, call.count_rows_of) if call.count_rows_of else None
+        if isinstance(rows, Outcome):
+            return rows
+        built = self.result
+        shapes = ShapeWatch(call.forbid_shapes)
+        if call.forward_args is not None and (stop := self._forward(call.forward_args, shapes)) is not None:
+            return stop
+        for step in call.steps:
+            if (stop := self._step(step, built, shapes)) is not None:
+                return stop
+        if rows is not None:
+            self.results.append(rows.counts())
+            rows.remove()
+        if not call.steps and rows is None:
+            return outcome_of(self.result)
+        return _flattened(self.results)
+
+    def _load_state(self, state: dict[str, torch.Tensor]) -> Outcome | None:
+        """The weights loaded by name into the module the call returned (in their dtype)."""
+        if not isinstance(self.result, torch.nn.Module):
+            return _not_a_module(self.result)
+        dtype = state_dtype(state)
+        if self.device is not None or dtype is not None:
+            self.result = self.result.to(device=self.device, dtype=dtype)
+        load_parameters(self.result, _materialize(state, self.device))
+        return None
+
+    def _forward(self, args: tuple, shapes: ShapeWatch) -> Outcome | None:
+        """The built module called on the forward inputs, in eval mode (with ``grad_of``, the
+        backward pass too); its result is kept."""
+        module = self.result
+        if not isinstance(module, torch.nn.Module):
+            return _not_a_module(module)
+        module.eval()
+        forward_args = self._materialize(args)
+        forward_kwargs = self._materialize(self.call.forward_kwargs)
+        watched = watch_inputs(module.forward, forward_args, forward_kwargs)
+        if self.call.grad_of:
+            self.result = forward_and_gradients(module, self.call.grad_of, forward_args, forward_kwargs)
+            if isinstance(self.result, Outcome):
+                return self.result
+        else:
+            with torch.no_grad(), shapes:
+                self.result = module(*forward_args, **forward_kwargs)
+        if (modified := modified_input(watched)) is not None:
+            return modified
+        if (forbidden := shapes.outcome()) is not None:
+            return forbidden
+        self.results.append(self.result)
+        return None
+
+    def _step(self, step: Step, built: Any, shapes: ShapeWatch) -> Outcome | None:
+        """One step on the object the call built or on an Instance of the call; its result is kept."""
+        owner = built if not step.on else self.instances.by_key.get(step.on)
+        if owner is None and (step.on or step.method):  # reading a returned None itself is fine
+            raise ValueError(f"no Instance with key {step.on!r} in this call")
+        if step.attribute:  # an empty name reads the object itself (e.g. a function's int or None)
+            self.results.append(getattr(owner, step.method) if step.method else owner)
+            return None
+        if step.method == "__call__":
+            fn: Any = owner  # a module's __call__, so that hooks run; its forward names the arguments
+            if isinstance(owner, torch.nn.Module):
+                owner.eval()
+            signature_of = owner.forward if isinstance(owner, torch.nn.Module) else owner
+        else:
+            fn = signature_of = getattr(owner, step.method)
+        step_args = self._materialize(step.args)
+        step_kwargs = self._materialize(step.kwargs)
+        watched = watch_inputs(signature_of, step_args, step_kwargs)
+        with torch.no_grad(), shapes:
+            value = fn(*step_args, **step_kwargs)
+        if (modified := modified_input(watched)) is not None:
+            return modified
+        if (forbidden := shapes.outcome()) is not None:
+            return forbidden
+        self.results.append(value)
+        return None
 
 
 def _flattened(results: list[Any]) -> Outcome:

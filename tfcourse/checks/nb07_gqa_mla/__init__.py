@@ -7,7 +7,7 @@ with ``F.scaled_dot_product_attention(enable_gqa=True)``, MLA written with torch
 on the whole sequence: cached == uncached, absorbed == naive): those of repeat_kv and GQA there,
 of LatentCache, MLA and the cache bytes per token in ``mla.py``, of the optional mha_to_gqa in
 ``to_gqa.py``; ``mistakes.py`` the catalogue of known wrong implementations whose hints the
-feedback shows.
+feedback shows (the forward pass of its wrong MLA classes in ``mla_mistakes.py``).
 
 Call graph (one bug costs points once): ``GroupedQueryAttention`` calls ``repeat_kv``;
 ``MultiHeadLatentAttention`` is checked with the learner's ``LatentCache`` (the cases build it);

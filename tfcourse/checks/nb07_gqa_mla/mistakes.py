@@ -30,6 +30,7 @@ from tfcourse.reference.nb04_normalisation import RMSNorm
 from tfcourse.reference.nb06_kv_cache import KVCache
 
 from ..hints import Mistake
+from .mla_mistakes import MLAForward, MLAMistakes
 
 __all__ = ["HINTS", "MISTAKES", "KVCache", "LatentCache", "GroupedQueryAttention", "repeat_kv"]
 
@@ -296,6 +297,10 @@ def _rope_interleaved(x, positions, theta):
 def _mla_class(*, scale: str = "both", rope_nope: bool = False, per_head_rope: bool = False,
                absorb_mode: str = "ok", latent_norm: bool = True, cache_mode: str = "latent",
                interleaved: bool = False, offset: bool = True, q_norm: bool = True) -> type:
+    mistakes = MLAMistakes(scale=scale, rope_nope=rope_nope, per_head_rope=per_head_rope,
+                           absorb_mode=absorb_mode, latent_norm=latent_norm, cache_mode=cache_mode,
+                           interleaved=interleaved, offset=offset, q_norm=q_norm)
+
     class MLA(nn.Module):
         def __init__(self, d_model, num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
                      q_lora_rank=None, rope_theta=10000.0):
@@ -324,75 +329,7 @@ def _mla_class(*, scale: str = "both", rope_nope: bool = False, per_head_rope: b
             return apply_rope(x, cos, sin)
 
         def forward(self, x, cache=None, absorb=False):
-            b, t, _ = x.shape
-            h, dc = self.num_heads, self.kv_lora_rank
-            dn, dr, dv = self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim
-            if self.q_lora_rank is None:
-                q = self.q_proj(x)
-            else:
-                qa = self.q_a_proj(x)
-                q = self.q_b_proj(self.q_a_layernorm(qa) if q_norm else qa)
-            q = q.view(b, t, h, dn + dr).transpose(1, 2)  # (B, H, T, dn + dr)
-            q_nope, q_rope = q.split([dn, dr], dim=-1)
-            rope_width = h * dr if per_head_rope else dr
-            c_kv, k_rope = self.kv_a_proj_with_mqa(x).split([dc, rope_width], dim=-1)
-            if latent_norm:
-                c_kv = self.kv_a_layernorm(c_kv)  # (B, T, Dc)
-            past = 0 if cache is None else cache.seq_len
-            start = past if offset else 0
-            positions = torch.arange(start, start + t, device=x.device)
-            if rope_nope:
-                qf = self._rope(torch.cat((q_nope, q_rope), dim=-1), positions)
-                q_nope, q_rope = qf[..., :dn], qf[..., dn:]
-            else:
-                q_rope = self._rope(q_rope, positions)
-            if per_head_rope:
-                k_rope = self._rope(k_rope.view(b, t, h, dr).transpose(1, 2), positions)  # (B, H, T, dr)
-                k_rope = k_rope.transpose(1, 2).reshape(b, t, h * dr)
-            elif cache_mode != "pre_rope" and not rope_nope:
-                k_rope = self._rope(k_rope[:, None], positions)[:, 0]  # (B, T, dr)
-            if cache is not None and cache_mode in ("latent", "pre_rope"):
-                c_kv, k_rope = cache.update(c_kv, k_rope)
-            if cache_mode == "pre_rope":
-                k_rope = self._rope(k_rope[:, None], torch.arange(k_rope.size(1), device=x.device))[:, 0]
-            s = c_kv.size(1)
-            scale_by = 1 / math.sqrt(dn if scale == "dn" else dn + dr)
-            if per_head_rope:
-                k_rope_h = k_rope.view(b, s, h, dr).transpose(1, 2)  # (B, H, S, dr)
-            else:
-                k_rope_h = k_rope[:, None].expand(b, h, s, dr)  # (B, H, S, dr)
-            if absorb and absorb_mode not in ("naive", "weight") and not rope_nope:
-                w = self.kv_b_proj.weight
-                w = w.T.reshape(h, dn + dv, dc) if absorb_mode == "transposed" else w.view(h, dn + dv, dc)
-                w_uk, w_uv = w[:, :dn], w[:, dn:]  # (H, dn, Dc), (H, dv, Dc)
-                lat = c_kv[:, None]  # (B, 1, S, Dc)
-                scores = (q_nope @ w_uk) @ lat.transpose(-1, -2) + q_rope @ k_rope_h.transpose(-1, -2)
-                scores = scores * scale_by
-                mask = causal_mask(t, s, device=x.device)
-                scores = scores.masked_fill(~mask, float("-inf"))
-                out = (torch.softmax(scores, dim=-1) @ lat) @ w_uv.transpose(-1, -2)  # (B, H, T, dv)
-            else:
-                if absorb and absorb_mode == "weight":  # the naive path through the weight
-                    kv = torch.nn.functional.linear(c_kv, self.kv_b_proj.weight)
-                else:
-                    kv = self.kv_b_proj(c_kv)
-                kv = kv.view(b, s, h, dn + dv).transpose(1, 2)
-                k_nope, v = kv.split([dn, dv], dim=-1)
-                if rope_nope:
-                    k_full = self._rope(torch.cat((k_nope, k_rope_h), dim=-1), torch.arange(s, device=x.device))
-                else:
-                    k_full = torch.cat((k_nope, k_rope_h), dim=-1)  # (B, H, S, dn + dr)
-                if cache is not None and cache_mode == "full":
-                    kf, vf = cache.update(k_full.transpose(1, 2).reshape(b, s, -1),
-                                          v.transpose(1, 2).reshape(b, s, -1))
-                    k_full = kf.view(b, -1, h, dn + dr).transpose(1, 2)
-                    v = vf.view(b, -1, h, dv).transpose(1, 2)
-                    s = k_full.size(2)
-                q_full = torch.cat((q_nope, q_rope), dim=-1)
-                if scale == "dn":
-                    q_full = q_full * math.sqrt(dn + dr) / math.sqrt(dn)
-                out, _ = scaled_dot_product_attention(q_full, k_full, v, causal_mask(t, s, device=x.device))
-            return self.o_proj(out.transpose(1, 2).reshape(b, t, h * dv))
+            return MLAForward(self, mistakes, x, cache).output(absorb)
 
     return MLA
 

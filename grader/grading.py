@@ -19,7 +19,7 @@ from typing import Any
 
 from tfcourse.checks.call import Call, Instance
 from tfcourse.checks.case import Case, judge_case
-from tfcourse.checks.outcome import Outcome
+from tfcourse.checks.outcome import Outcome, out_of_memory
 from tfcourse.notebook import (
     SolutionCell,
     UnreadableNotebook,
@@ -38,6 +38,7 @@ from .isolation.runner import ExerciseRun, Limits, run_notebook
 from .names import module_name
 from .rows import (
     EXERCISE_STATUSES,
+    ROW_LIMITS,
     ExerciseRow,
     ExerciseStatus,
     NotebookRow,
@@ -137,9 +138,7 @@ def _exercise(name: str, status: ExerciseStatus, points: float, feedback: str, s
 
 
 def _memory_error(o: Outcome) -> bool:
-    text = o.error_message.lower()
-    return o.error_type == "MemoryError" or "can't allocate memory" in text or "out of memory" in text \
-        or "not enough memory" in text or "cannot allocate memory" in text
+    return out_of_memory(o.error_type, o.error_message)
 
 
 def _memory_text(limits: Limits) -> str:
@@ -179,12 +178,22 @@ def _judge_run(nb: Notebook, ex: Exercise, run: ExerciseRun, cases: list[Case],
 
 def _stopped_run(ex: Exercise, run: ExerciseRun, limits: Limits, note: str) -> ExerciseRow | None:
     """The row of a run that never got to its checks' outcomes (timed out, crashed, or its cell
-    raised), or None."""
+    raised), or None; ``limit`` names the limit that stopped it, when one did."""
+    row = _stopped_row(ex, run, limits, note)
+    if row is not None and run.limit in ROW_LIMITS:
+        row["limit"] = ROW_LIMITS[run.limit]
+    if row is not None and "limit" not in row and run.cell_error is not None and _memory_error(run.cell_error):
+        row["limit"] = "memory"
+    return row
+
+
+def _stopped_row(ex: Exercise, run: ExerciseRun, limits: Limits, note: str) -> ExerciseRow | None:
     name, points = ex.name, ex.points
+    if run.status == "timeout" and run.limit == "wall":  # the message says which limit and why
+        return _exercise(name, "timeout", points, f"✗ {name}: {run.message}{note}")
     if run.status == "timeout":
-        return _exercise(name, "timeout", points, f"✗ {name}: {run.message} (time limit: --timeout "
-                         f"{limits.timeout:g} s per exercise). Is there an endless loop, or a very slow "
-                         f"one?{note}")
+        return _exercise(name, "timeout", points, f"✗ {name}: {run.message} (--timeout {limits.timeout:g} s of "
+                         f"CPU time per exercise). Is there an endless loop, or a very slow one?{note}")
     if run.status == "crashed":
         o = run.cell_error
         if o is not None and _memory_error(o):

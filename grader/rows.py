@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, TypedDict
 
-__all__ = ["EXERCISE_STATUSES", "ExerciseRow", "ExerciseStatus", "NotebookRow", "NotebookStatus", "PartRow",
+__all__ = ["EXERCISE_STATUSES", "ROW_LIMITS", "ExerciseRow", "ExerciseStatus", "NotebookRow", "NotebookStatus", "PartRow",
            "Report", "SubmissionRow"]
 
 ExerciseStatus = Literal["passed", "failed", "error", "timeout", "not_attempted", "missing"]
 EXERCISE_STATUSES: tuple[ExerciseStatus, ...] = ("passed", "failed", "error", "timeout", "not_attempted",
                                                  "missing")
 NotebookStatus = Literal["graded", "missing", "unreadable"]
+# the limits an exercise's row can name (``limit``): the run was stopped, not judged
+ROW_LIMITS = {"timeout": "cpu_time", "wall": "wall_time", "startup": "startup", "memory": "memory",
+              "tasks": "processes", "results": "results"}
 
 
 class PartRow(TypedDict):
@@ -34,6 +37,7 @@ class ExerciseRow(TypedDict):
     parts: NotRequired[list[PartRow]]  # always there in a finished row
     cases_passed: NotRequired[int]  # when its cases ran
     cases_total: NotRequired[int]
+    limit: NotRequired[str]  # when a limit, not a verdict on the code, stopped it (ROW_LIMITS)
 
 
 class NotebookRow(TypedDict):
@@ -59,5 +63,6 @@ class Report(TypedDict):
     device: str
     sandbox: str
     limits: dict[str, float]
+    limited: NotRequired[list[dict[str, str]]]  # the rows a limit stopped: worth a regrade on a busy machine
     interrupted: NotRequired[str]  # only when the batch did not finish (Ctrl-C, or it stopped)
     not_graded: NotRequired[list[str]]

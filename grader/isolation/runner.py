@@ -30,7 +30,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save_file
 
 from tfcourse.checks.case import Case
-from tfcourse.checks.outcome import Outcome
+from tfcourse.checks.outcome import Outcome, out_of_memory
 from tfcourse.checks.wire import call_to_json, outcome_from_json, safe_text
 
 from . import fastpath, jobfolder, sandbox, views, watch
@@ -53,8 +53,11 @@ POLL = 0.02
 class Limits:
     """Per-notebook limits, enforced from outside the learner's process.
 
-    timeout: wall-clock seconds for each exercise (its cell's definition, and all its cases).
-    startup: seconds the child may take to start (importing torch) before learner code runs.
+    timeout: CPU seconds for each exercise (its cell's definition, and all its cases), of all the
+        child's processes together, so a busy machine does not cost a correct exercise its points.
+    wall_factor: the wall-clock backstop, ``wall_factor × timeout`` seconds per exercise: code that
+        waits without computing (sleep, a lock) uses no CPU time and is stopped there.
+    startup: wall-clock seconds the child may take to start (importing torch) before learner code runs.
     memory_mb: memory of the child, MiB; 0 for none. On CPU an address-space limit (RLIMIT_AS)
         of each process, and on every device a watch on the resident memory of all its
         processes together.
@@ -65,6 +68,7 @@ class Limits:
     """
 
     timeout: float = 30.0
+    wall_factor: float = 4.0
     startup: float = 120.0
     memory_mb: int = 4096
     output_kb: int = 64
@@ -78,7 +82,8 @@ class ExerciseRun:
 
     status: "ran" (outcomes hold one list of Outcome per case), "cell_error" (its cell raised
     while being defined), "timeout" or "crashed" (message says what happened); ``limit`` names
-    the limit that stopped it ("timeout", "memory", "tasks", "output", "files") or is "".
+    the limit that stopped it ("timeout": CPU time, "wall": the wall-clock backstop, "startup",
+    "memory", "tasks", "results": what it sent back could not be read) or is "".
     """
 
     status: str
@@ -197,7 +202,7 @@ class _Channel(threading.Thread):
 
 
 def _out_of_memory(o: Outcome | None) -> bool:
-    return o is not None and (o.error_type == "MemoryError" or "can't allocate memory" in o.error_message.lower())
+    return o is not None and out_of_memory(o.error_type, o.error_message)
 
 
 def _signal_name(code: int) -> str:
@@ -327,7 +332,7 @@ def _blame(current: tuple[str, str] | None, died: dict, pending: list[str], case
             runs.setdefault(name, ExerciseRun("crashed", message=f"the grader's child failed to start: {reason}"))
         return False
     kind, what = current
-    status = "timeout" if limit == "timeout" else "crashed"
+    status = "timeout" if limit in ("timeout", "wall") else "crashed"
     if kind == "cell":
         skip_cells.append(what)
         if what in cases and what not in runs:
@@ -391,35 +396,79 @@ def _start_child(job_dir: Path, box: sandbox.Sandbox, limits: Limits, device: st
     return proc
 
 
+class _Clock:
+    """The time limits of one child: each step (a cell, an exercise: each progress line starts
+    one) gets ``limits.timeout`` seconds of CPU time, measured on the child's whole process tree
+    from outside, and ``wall_factor`` times that of wall-clock time as a backstop; once ready, the
+    whole child never gets more than that for ``steps`` steps (plus one), so progress lines forged
+    by learner code cannot keep it running. Before it is ready (importing torch): ``limits.startup``
+    seconds of wall-clock time."""
+
+    def __init__(self, limits: Limits, steps: int, watcher: watch.Watch) -> None:
+        self.limits, self.steps, self.watcher = limits, steps, watcher
+        now = time.monotonic()
+        self.wall_deadline = now + limits.startup
+        self.wall_overall = self.cpu_overall = float("inf")
+        self.cpu_at_step = self.cpu_now = 0.0
+
+    def step(self) -> None:
+        """A progress line arrived: a new step starts now."""
+        now, cpu = time.monotonic(), self.watcher.cpu_seconds()
+        backstop = self.limits.timeout * self.limits.wall_factor
+        if self.wall_overall == float("inf"):  # the child is ready
+            self.wall_overall = now + backstop * (self.steps + 1)
+            self.cpu_overall = cpu + self.limits.timeout * (self.steps + 1)
+        self.cpu_at_step = cpu
+        self.wall_deadline = min(now + backstop, self.wall_overall)
+
+    def over(self, ready: bool, sample_cpu: bool) -> tuple[str, str] | None:
+        """(reason, limit) when a time limit is passed, else None. ``sample_cpu``: read the child's
+        CPU time now (every WATCH_EVERY)."""
+        limits = self.limits
+        if time.monotonic() > self.wall_deadline:
+            if not ready:
+                return f"the child did not start within {limits.startup:g} s", "startup"
+            return (f"stopped after {limits.timeout * limits.wall_factor:g} s of wall-clock time, the backstop "
+                    f"({limits.wall_factor:g}× --timeout), having used {self.cpu_now - self.cpu_at_step:.1f} s of "
+                    "CPU time: was it waiting (sleep, a lock, input), or was the machine very busy?", "wall")
+        if ready and sample_cpu:
+            self.cpu_now = self.watcher.cpu_seconds()
+            if self.cpu_now - self.cpu_at_step > limits.timeout or self.cpu_now > self.cpu_overall:
+                return f"stopped after {limits.timeout:g} s of CPU time", "timeout"
+        return None
+
+
 def _watch_child(proc, channel: _Channel, watcher: watch.Watch, limits: Limits,
                  steps: int) -> tuple[tuple[str, str] | None, int, tuple[str, str] | None]:
     """Follow the child's progress until it exits or passes a limit: (what it was doing, how many
-    progress lines it sent, (reason, limit) when it was stopped, else None)."""
+    progress lines it sent, (reason, limit) when it was stopped, else None). Results it sends
+    that cannot be read (over a limit, malformed) stop it too: what it was doing gets the error,
+    and a fresh child grades the exercises left."""
     seen = 0
     current: tuple[str, str] | None = None
-    deadline = time.monotonic() + limits.startup
-    overall = float("inf")  # set when the child is ready
+    clock = _Clock(limits, steps, watcher)
     next_watch = time.monotonic() + WATCH_EVERY
     while True:
         code = proc.poll()
         lines = channel.snapshot()
         if len(lines) > seen:
-            if not seen:
-                overall = time.monotonic() + limits.timeout * (steps + 1)
             current = _last_step(lines[seen:], current)
             seen = len(lines)
-            deadline = min(time.monotonic() + limits.timeout, overall)
+            clock.step()
         if code is not None:
             return current, seen, None
+        if channel.broken:
+            return current, seen, (f"its results could not be read ({channel.broken})", "results")
         now = time.monotonic()
-        if now > deadline:
-            limit = limits.timeout if seen else limits.startup
-            return current, seen, (f"stopped after the {limit:g} s time limit", "timeout")
-        if now > next_watch:
+        watch_now = now > next_watch
+        if watch_now:
             next_watch = now + WATCH_EVERY
             stop = _over_limits(watcher, limits)
             if stop is not None:
                 return current, seen, stop
+        stop = clock.over(bool(seen), watch_now)
+        if stop is not None:
+            return current, seen, stop
         time.sleep(POLL)
 
 
@@ -457,8 +506,6 @@ def _how_it_ended(proc, box: sandbox.Sandbox, channel: _Channel, drain: _Drain, 
         info["restart"] = True
     if stop is not None:
         info["reason"], info["limit"] = stop
-        if stop[1] == "timeout" and not seen:
-            info["reason"] = f"the child did not start within {limits.startup:g} s"
     elif not finished:
         info["reason"], info["limit"] = _describe_death(
             proc.returncode, limits, box.mode == "bwrap" and not isinstance(proc, fastpath.ForkedChild))

@@ -10,6 +10,7 @@ import subprocess
 from . import linux
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class Watch:
@@ -36,6 +37,18 @@ class Watch:
             except (OSError, ValueError, IndexError):
                 pass
         return tasks, rss
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the tree has used so far, its reaped children's included."""
+        total = 0
+        for pid in self.pids():
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    fields = fh.read().rpartition(")")[2].split()  # after the command name
+                total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+            except (OSError, ValueError, IndexError):
+                pass
+        return total / TICKS
 
     def pss(self) -> int:
         total = 0

@@ -14,8 +14,20 @@ from typing import Any
 
 import torch
 
-__all__ = ["FORBIDDEN_SHAPE", "MODIFIED_INPUT", "NO_GRADIENT", "Outcome", "is_plain_tensor", "outcome_of",
-           "outcome_of_exception", "plain"]
+__all__ = ["FORBIDDEN_SHAPE", "MODIFIED_INPUT", "NO_GRADIENT", "Outcome", "is_plain_tensor", "out_of_memory",
+           "outcome_of", "outcome_of_exception", "plain"]
+
+# What running out of memory raises, in the messages of Python (MemoryError), the C library
+# (ENOMEM: "Cannot allocate memory"), PyTorch's CPU allocator ("DefaultCPUAllocator: can't allocate
+# memory", "not enough memory") and CUDA ("CUDA out of memory")
+_OUT_OF_MEMORY = ("can't allocate memory", "cannot allocate memory", "out of memory", "not enough memory")
+
+
+def out_of_memory(error_type: str, message: str) -> bool:
+    """Whether an exception (its type name and message) means the code ran out of memory: the one
+    test the child, its runner and the judge all use."""
+    text = message.lower()
+    return error_type == "MemoryError" or any(marker in text for marker in _OUT_OF_MEMORY)
 
 
 @dataclass

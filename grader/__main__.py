@@ -37,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="isolation of learner code (default: $TFCOURSE_SANDBOX or auto, the strongest that "
                         "works here: bubblewrap, then unshare, then none; see docs/grading.md)")
     p.add_argument("--timeout", type=float, default=d.timeout, metavar="SECONDS",
-                   help=f"wall-clock limit per exercise, enforced by killing the sandboxed child (default: {d.timeout:g})")
+                   help=f"CPU-time limit per exercise, enforced by killing the sandboxed child; code that waits "
+                        f"is stopped at {d.wall_factor:g}x that of wall-clock time (default: {d.timeout:g})")
     p.add_argument("--memory", type=int, default=None, metavar="MIB",
                    help=f"memory limit in MiB, 0 for none: address space of each learner process on CPU, "
                         f"and resident memory of all of them together (default: {d.memory_mb} on CPU, none with CUDA)")
@@ -167,6 +168,7 @@ def _report(submissions: list[str], finished: dict[int, dict], interrupted: str,
     rows = [finished[i] for i in sorted(finished)]
     report = {"submissions": rows, "seed": seed, "device": device, "sandbox": sandbox_mode,
               "limits": {"timeout_s": limits.timeout, "memory_mb": limits.memory_mb, "output_kb": limits.output_kb}}
+    report["limited"] = rep.limited(report)
     if interrupted:
         report["interrupted"] = interrupted
         report["not_graded"] = [rep.clean(str(s)) for i, s in enumerate(submissions) if i not in finished]
@@ -184,6 +186,9 @@ def _show(report: dict) -> None:
                    if ex["status"] in ("failed", "error", "timeout")]
         if details:
             print("\n" + "\n\n".join(details))
+    summary = rep.limited_summary(report)
+    if summary:
+        print("\n" + summary)
 
 
 def _write_reports(report: dict, args: argparse.Namespace) -> bool:

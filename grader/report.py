@@ -50,6 +50,36 @@ def table(report: Report) -> str:
     return "\n".join(lines)
 
 
+# the limits a busy machine or a tight setting can make an honest answer hit (not "results": what a
+# child sends back that is over its limits is the submission's doing)
+LIMIT_NAMES = {"cpu_time": "the CPU time limit (--timeout)", "wall_time": "the wall-clock backstop",
+               "startup": "the child's start-up time", "memory": "the memory limit (--memory)",
+               "processes": "the process limit"}
+
+
+def limited(report: Report) -> list[dict[str, str]]:
+    """The exercises a time, memory or process limit stopped (their rows carry ``limit``): a verdict
+    on the limit, not on the code, worth a regrade when the machine was busy or the limit tight."""
+    return [{"submission": sub["submission"], "notebook": nb["notebook"], "exercise": ex["exercise"],
+             "limit": ex["limit"]}
+            for sub in report["submissions"] for nb in sub["notebooks"] for ex in nb["exercises"]
+            if ex.get("limit") in LIMIT_NAMES]
+
+
+def limited_summary(report: Report) -> str:
+    """A few lines naming the exercises a limit stopped, for the table's reader; "" when none."""
+    rows = report.get("limited") or limited(report)
+    if not rows:
+        return ""
+    lines = [f"⏱ {len(rows)} exercise{'s' * (len(rows) != 1)} stopped by a limit, not judged (regrade "
+             f"{'them' if len(rows) != 1 else 'it'} with a larger limit if the machine was busy):"]
+    lines += [f"  {r['submission']}  {r['notebook']}  {r['exercise']}: {LIMIT_NAMES.get(r['limit'], r['limit'])}"
+              for r in rows[:20]]
+    if len(rows) > 20:
+        lines.append(f"  … and {len(rows) - 20} more (the JSON report's \"limited\" lists them all)")
+    return safe_text("\n".join(lines))
+
+
 def clean(value: Any) -> Any:
     """``value`` (a report, a row) with every string, keys included, made safe (``safe_text``)."""
     if isinstance(value, str):

@@ -453,6 +453,22 @@ def causal_mask(t_q, t_k=None, *, device=None):
     return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril()  # wrong: top-left aligned
 """
 
+# one forged result frame of 32 MiB for the exercise being graded ({"cases": [{}, {}, ...]}): the grading
+# process must refuse it by its length, before reading it (it cost 0.8 GB of memory when parsed)
+BIG_FRAME = """\
+import os, sys
+_fd = int(sys.argv[-1]) if sys.argv[-1].isdigit() else None
+def softmax(x, dim=-1):
+    if _fd is not None:
+        _meta = b'{"cases": [' + b"{}, " * (8 * 2**20 - 1) + b'{}]}'
+        _body = b"softmax\\n" + b"%08x" % len(_meta) + _meta
+        try:
+            os.write(_fd, b"R" + b"%08x" % len(_body) + _body)
+        except OSError as _exc:
+            print("channel:", _exc)
+    return torch.softmax(x, dim)
+"""
+
 PEEK = """\
 import glob, os
 for _path in ["@@ROOT@@/solutions/01_attention.ipynb", "@@ROOT@@/tfcourse/reference/nb01_attention.py",
@@ -595,7 +611,7 @@ def _write(text: str | bytes):
 ATTACKS: list[Hostile] = [
     # endless loops (first: they take longest)
     Hostile("loop_plain", "endless loop", {"softmax": LOOP_PLAIN},
-            expect={"softmax": "timeout"}, feedback={"softmax": ("time limit", "--timeout")}),
+            expect={"softmax": "timeout"}, feedback={"softmax": ("s of CPU time", "--timeout")}),
     Hostile("loop_deaf_to_signals", "endless loop", {"softmax_jacobian": LOOP_DEAF},
             expect={"softmax_jacobian": "timeout"},
             feedback={"softmax_jacobian": ("while defining the cell", "--timeout")}),
@@ -603,7 +619,7 @@ ATTACKS: list[Hostile] = [
             expect={"scaled_dot_product_attention": "timeout"},
             feedback={"scaled_dot_product_attention": ("--timeout",)}),
     Hostile("sleep_in_c", "endless loop", {"causal_mask": SLEEP_IN_C},
-            expect={"causal_mask": "timeout"}, feedback={"causal_mask": ("--timeout",)}),
+            expect={"causal_mask": "timeout"}, feedback={"causal_mask": ("wall-clock time, the backstop", "--timeout")}),
     # memory bombs
     Hostile("memory_one_allocation", "memory bomb", {"softmax": MEM_ONE_ALLOCATION},
             expect={"softmax": "error"}, feedback={"softmax": ("memory limit exceeded", "--memory")}),
@@ -659,6 +675,8 @@ ATTACKS: list[Hostile] = [
             needs="files"),
     Hostile("odd_strings", "forging the report", {"softmax": ODD_STRINGS}, expect={"softmax": "error"},
             feedback={"softmax": ("ODD-RAISED \ufffd\ufffd \ufffd\ufffd[31m",)}, output_has=("ODD-OUT \ufffd",)),
+    Hostile("big_frame", "forging the report", {"softmax": BIG_FRAME}, expect={"softmax": "error"},
+            feedback={"softmax": ("result frame of 32.0 MiB, over the limit of 16.0 MiB",)}),
     Hostile("forge_channel", "forging the report", {"causal_mask": FORGE_CHANNEL},
             expect={"causal_mask": "error"}, feedback={"causal_mask": ("results could not be read",)}),
     # peeking and network

@@ -73,7 +73,7 @@ def _honest(root: Path, name: str) -> Path:
 
 
 def test_a_hostile_batch_keeps_every_row_and_bounded_memory(tmp_path):
-    from grader import sandbox
+    from grader.isolation import sandbox
 
     named = [] if sandbox._works("bwrap") is None else ["--sandbox", sandbox.choose().mode]
     attacks = {a.name: a for a in ATTACKS}

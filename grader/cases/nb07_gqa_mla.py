@@ -177,7 +177,7 @@ def _bytes(seed: int) -> list[Case]:
                           steps=(INT_STEP,)))
     calls.append(Call("attention_cache_bytes_per_token", ("gqa", 80, 64, 128), {"num_kv_heads": 8},
                       steps=(INT_STEP,)))  # Llama-2-70B
-    calls.append(Call("attention_cache_bytes_per_token", ("MHA", 2, 4, 8), steps=(INT_STEP,)))
+    calls.append(Call("attention_cache_bytes_per_token", ("MHA", 2, 4, 8)))  # must raise: no int to read
     return [_hidden("attention_cache_bytes_per_token", "random mha/mqa/gqa/mla sizes, Llama-2-70B (gqa), and kind "
                     "'MHA' (unknown: ValueError)", calls, seed * 1000 + 500)]
 

@@ -669,6 +669,14 @@ GENERATE_WRONG = [
                  "caches = [KVCache()] * len(model.blocks) if use_cache else None")),
        "one KVCache per block"),
     _e("use_cache ignored (recomputes everything)", _GENERATE_NO_CACHE, "prefill the prompt once with caches"),
+    _e("new caches at every step",
+       _variant(_GENERATE,
+                ("    caches = [KVCache() for _ in model.blocks] if use_cache else None", None),
+                ("            logits = model(step, caches=caches)", """
+            caches = [KVCache() for _ in model.blocks] if use_cache else None
+            logits = model(step, caches=caches)
+""")),
+       "create the caches once, before the loop"),
     _e("the probe's own greedy oracle, if it has one (it must not)", '''
 def generate(model, input_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
              use_cache=True, generator=None):

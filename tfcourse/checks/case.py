@@ -73,10 +73,16 @@ class Case:
     hidden: bool = False
     part: str = "core"
 
-    def inputs(self) -> str:
-        text = self.calls[0].describe() if self.calls else ""
-        if len(self.calls) > 1:
-            text += f" (+{len(self.calls) - 1} more call{'s' if len(self.calls) > 2 else ''})"
+    def inputs(self, call: int | None = None) -> str:
+        """The calls' inputs, one line: the first call's (and how many more), or, when a failure is
+        about one call, that call's (and which of how many it is)."""
+        n = len(self.calls)
+        if call is not None and n > 1 and 0 <= call < n:
+            text = self.calls[call].describe() + f" (call {call + 1} of {n})"
+        else:
+            text = self.calls[0].describe() if self.calls else ""
+            if n > 1:
+                text += f" (+{n - 1} more call{'s' if n > 2 else ''})"
         if self.seed is not None:
             text += f"; seed {self.seed}"
         return text
@@ -92,8 +98,9 @@ class CaseResult:
 
 
 class _CallRaised(Exception):
-    def __init__(self, outcome: Outcome):
+    def __init__(self, outcome: Outcome, call: int | None = None):
         self.outcome = outcome
+        self.call = call
 
 
 def fmt_shape(shape: Sequence[int]) -> str:
@@ -120,8 +127,10 @@ class Judge:
         self._mistake_outcomes: dict[tuple[str, int, int], Outcome] = {}  # catalogue runs, per call
 
     # -- failing ---------------------------------------------------------------------------
-    def fail(self, *lines: str, hint: str | None = None) -> NoReturn:
-        body = [f"✗ {self.case.exercise}: {self.case.title}", f"  inputs: {self.case.inputs()}"]
+    def fail(self, *lines: str, hint: str | None = None, call: int | None = None) -> NoReturn:
+        """Fail the case with ``lines`` (and ``hint``); ``call``: the call the failure is about, whose
+        inputs the ``inputs:`` line then shows (by default the first call's)."""
+        body = [f"✗ {self.case.exercise}: {self.case.title}", f"  inputs: {self.case.inputs(call)}"]
         body += [f"  {line}" for line in lines if line]
         if hint:
             body.append(f"  hint: {hint}")
@@ -130,10 +139,11 @@ class Judge:
             body = keep + ([body[-1]] if hint else [])
         raise CheckFailed("\n".join(body))
 
-    def require(self, condition: bool, *lines: str, hint: str | None = None, call: int = 0) -> None:
-        """Fail with ``lines`` unless ``condition``; use the mistake catalogue when no hint given."""
+    def require(self, condition: bool, *lines: str, hint: str | None = None, call: int | None = None) -> None:
+        """Fail with ``lines`` unless ``condition``; use the mistake catalogue when no hint given.
+        ``call``: the call the condition is about (its inputs are shown, its catalogue hint used)."""
         if not condition:
-            self.fail(*lines, hint=hint if hint is not None else self.mistake_hint(call))
+            self.fail(*lines, hint=hint if hint is not None else self.mistake_hint(call or 0), call=call)
 
     # -- reading outcomes ------------------------------------------------------------------
     def raised(self, call: int = 0) -> Outcome | None:
@@ -145,7 +155,7 @@ class Judge:
         """The tensors call ``call`` returned; n=1 means one tensor, n>1 a tuple of n tensors."""
         o = self.outcomes[call]
         if o.kind == "error":
-            raise _CallRaised(o)
+            raise _CallRaised(o, call)
         want = "one torch.Tensor" if n == 1 else f"a tuple of {n} tensors ({', '.join(names or [])})"
         if o.kind == "bad_type":
             self.fail(f"returned {o.type_name}; expected {want}",
@@ -163,18 +173,18 @@ class Judge:
         name = names[index] if names else "output"
         if shape is not None and tuple(t.shape) != tuple(shape):
             self.fail(f"{name} has shape {fmt_shape(t.shape)}; expected {fmt_shape(shape)}",
-                      hint=self.mistake_hint(call, index, check_shape_only=True))
+                      hint=self.mistake_hint(call, index, check_shape_only=True), call=call)
         if dtype is not None and t.dtype != dtype:
             want = "a bool mask" if dtype == torch.bool else "the dtype of the inputs"
             self.fail(f"{name} has dtype {fmt_dtype(t.dtype)}; expected {fmt_dtype(dtype)} ({want})",
                       hint="return the input's dtype: if you computed in float32, cast the result back "
                       "with .to(x.dtype); tensors you create take dtype=x.dtype"
-                      if dtype != torch.bool else "build the mask from comparisons, e.g. j <= i")
+                      if dtype != torch.bool else "build the mask from comparisons, e.g. j <= i", call=call)
         dev = self.outcomes[call].devices[index]
         want = self.device if self.case.calls[call].on_device() else "cpu"
         if torch.device(dev).type != torch.device(want).type:
             self.fail(f"{name} is on {dev}; expected {want}, the device of the inputs",
-                      hint="create new tensors on the input's device (device=x.device)")
+                      hint="create new tensors on the input's device (device=x.device)", call=call)
         return t
 
     def expected_tensor(self, call: int = 0, index: int = 0) -> torch.Tensor:
@@ -187,15 +197,17 @@ class Judge:
 
     # -- comparing -------------------------------------------------------------------------
     def close(self, actual: torch.Tensor, expected: torch.Tensor, *, name: str = "output",
-              atol: float | None = None, rtol: float | None = None, call: int = 0, index: int = 0,
+              atol: float | None = None, rtol: float | None = None, call: int | None = None, index: int = 0,
               hint: str | None = None, oracle: str = "expected", tol_dtype: torch.dtype | None = None) -> None:
         """Fail unless ``actual`` matches ``expected`` (shape first, then values, NaN-aware).
 
         tol_dtype: the dtype whose :func:`tolerance` applies (default: expected's), e.g. float16
-        when a half-precision answer is compared with a float64 oracle."""
+        when a half-precision answer is compared with a float64 oracle. call: the call ``actual``
+        came from (its inputs are shown and its catalogue hint used; default the first)."""
+        at = call or 0
         if tuple(actual.shape) != tuple(expected.shape):
             self.fail(f"{name} has shape {fmt_shape(actual.shape)}; expected {fmt_shape(expected.shape)}",
-                      hint=hint or self.mistake_hint(call, index, check_shape_only=True))
+                      hint=hint or self.mistake_hint(at, index, check_shape_only=True), call=call)
         tol_dtype = tol_dtype or (expected.dtype if expected.is_floating_point() else actual.dtype)
         d_atol, d_rtol = tolerance(tol_dtype)
         atol = d_atol if atol is None else atol
@@ -207,7 +219,7 @@ class Judge:
                 idx = tuple(int(i) for i in wrong.nonzero()[0])
                 self.fail(f"{name} shape {fmt_shape(actual.shape)} ✓; {int(wrong.sum())} of {a.numel()} "
                           f"entries differ, first at {list(idx)}: got {bool(a[idx])}, {oracle} {bool(e[idx])}",
-                          hint=hint or self.mistake_hint(call, index, atol=atol, rtol=rtol))
+                          hint=hint or self.mistake_hint(at, index, atol=atol, rtol=rtol), call=call)
             return
         a = actual.detach().to(torch.float64)
         e = expected.detach().to(torch.float64)
@@ -216,7 +228,7 @@ class Judge:
             idx = tuple(int(i) for i in (nan_a & ~nan_e).nonzero()[0])
             self.fail(f"{name} shape {fmt_shape(actual.shape)} ✓; it holds NaN at {list(idx)} "
                       f"where {oracle} is {fmt_num(float(e[idx]))}",
-                      hint=hint or self.mistake_hint(call, index, atol=atol, rtol=rtol))
+                      hint=hint or self.mistake_hint(at, index, atol=atol, rtol=rtol), call=call)
         both_inf = torch.isinf(a) & torch.isinf(e) & (torch.sign(a) == torch.sign(e))
         diff = torch.where(both_inf | (nan_a & nan_e), torch.zeros_like(a), (a - e).abs())
         diff = torch.nan_to_num(diff, nan=math.inf, posinf=math.inf)  # inf stays inf (not float max)
@@ -229,7 +241,7 @@ class Judge:
                 f"{name} shape {fmt_shape(actual.shape)} ✓; largest difference {fmt_num(float(diff[idx]))} "
                 f"at {list(idx)}: got {fmt_num(float(a[idx]))}, {oracle} {fmt_num(float(e[idx]))}",
                 f"tolerance: atol {atol:g} + rtol {rtol:g}·|{oracle}| ({fmt_dtype(tol_dtype)})",
-                hint=hint or self.mistake_hint(call, index, atol=atol, rtol=rtol),
+                hint=hint or self.mistake_hint(at, index, atol=atol, rtol=rtol), call=call,
             )
 
     def match_reference(self, *, n: int = 1, names: Sequence[str] | None = None,
@@ -313,10 +325,10 @@ def judge_case(case: Case, outcomes: list[Outcome], expected: list[Outcome] | No
         o = raised.outcome
         if o.error_type in _VERDICT_ERRORS:  # not an exception of the learner's: a finding
             return CaseResult("failed", f"✗ {case.exercise}: {_VERDICT_ERRORS[o.error_type]}\n"
-                              f"  while checking: {case.title}\n  inputs: {case.inputs()}\n"
+                              f"  while checking: {case.title}\n  inputs: {case.inputs(raised.call)}\n"
                               f"  hint: {o.error_message}")
         msg = (f"✗ {case.exercise}: raised {o.error_line()}\n"
-               f"  while checking: {case.title}\n  inputs: {case.inputs()}")
+               f"  while checking: {case.title}\n  inputs: {case.inputs(raised.call)}")
         if o.error_type in ("ModuleNotFoundError", "ImportError") and "tfcourse.reference" in o.error_message:
             msg += ("\n  hint: the grader hides the course's solutions of the notebook being graded "
                     "(tfcourse.reference.nbNN_*): use your own code from this notebook instead")

@@ -104,6 +104,9 @@ HINTS = {
                      "the model must not see the whole sequence again",
     "first_row": "the next token comes from the last position's logits: logits[:, -1]",
     "gen_options": "pass temperature, top_k, top_p and generator on to sample_next_token",
+    "gen_wrong_greedy": "the filtered runs give your own greedy tokens, so the options do reach "
+                        "sample_next_token; the greedy continuation itself is off: see the core check (create "
+                        "the caches once, before the loop; feed the new token after the prefill)",
     "always_greedy": "sample with sample_next_token(logits[:, -1], temperature, top_k, top_p, "
                      "generator): argmax only when temperature == 0",
     "no_grad": "run the loop under torch.no_grad() (or torch.inference_mode()): generation needs no "

@@ -214,6 +214,10 @@ class CausalSelfAttention(nn.Module):
 '''
 
 ATTN_WRONG = [
+    _e("heads split with view(B, T, Dh, H)",
+       _variant(_ATTN, ("return t.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)",
+                        "return t.view(B, T, self.head_dim, self.num_heads).permute(0, 3, 1, 2)")),
+       "split the heads with view(B, T, H, Dh)"),
     _e("positions not offset by the cache",
        _variant(_ATTN, ('''
         past = 0 if cache is None else cache.seq_len
@@ -339,6 +343,9 @@ class DecoderBlock(nn.Module):
 '''
 
 BLOCK_WRONG = [
+    _e("only the FFN's input normalised",
+       _variant(_BLOCK, ("h = x + self.attn(self.attn_norm(x), cache)", "h = x + self.attn(x, cache)")),
+       "pre-norm normalises the input of both sublayers"),
     _e("residual taken after the norm",
        _variant(_BLOCK,
                 ("        h = x + self.attn(self.attn_norm(x), cache)", '''
@@ -415,6 +422,9 @@ class DecoderLM(nn.Module):
 '''
 
 LM_WRONG = [
+    _e("rope_theta not passed to the blocks",
+       _variant(_LM, ("DecoderBlock(d_model, num_heads, d_ff, rope_theta)", "DecoderBlock(d_model, num_heads, d_ff)")),
+       "pass rope_theta on to every block"),
     _e("no final norm", _variant(_LM, ("return self.lm_head(self.final_norm(x))", "return self.lm_head(x)")),
        "apply final_norm"),
     _e("lm_head tied by copying the values",
@@ -502,6 +512,30 @@ def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator
 '''
 
 SAMPLE_WRONG = [
+    _e("top-p before top-k (the nucleus of the whole distribution)",
+       _variant(_SAMPLE, ('''
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+    ...
+        logits = logits.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
+''', '''
+    if top_p is not None:
+        sorted_logits, idx = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        remove = probs.cumsum(-1) - probs >= top_p
+        remove[:, 0] = False
+        logits = logits.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+''')),
+       "apply top-k first, then top-p"),
+    _e("the sort undone with gather(-1, order)",
+       _variant(_SAMPLE, ('logits = logits.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))',
+                          'logits = sorted_logits.masked_fill(remove, float("-inf")).gather(-1, idx)')),
+       "undo the sort with scatter"),
     _e("logits divided by a zero temperature",
        _variant(_SAMPLE, ('''
     if temperature == 0:

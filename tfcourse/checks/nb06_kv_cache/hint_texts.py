@@ -38,6 +38,8 @@ HINTS = {
                    "apply_rope from the setup, not the interleaved (2i, 2i+1) pairing",
     "theta": "pass rope_theta on as the RoPE base: rope_cos_sin(positions, head_dim, self.rope_theta)",
     "no_o_proj": "finish with o_proj: merge the heads to (B, T, D), then self.o_proj(...)",
+    "split_view": "split the heads with view(B, T, H, Dh).transpose(1, 2): head h owns the columns "
+                  "h·Dh .. (h+1)·Dh - 1 of q_proj(x); view(B, T, Dh, H) gives it every H-th column",
     "merge_view": "merge the heads with out.transpose(1, 2).reshape(B, T, D): (B, H, T, Dh) -> "
                   "(B, T, H, Dh) first, then flatten the last two",
     "divisible": "raise ValueError in __init__ when d_model % num_heads != 0",
@@ -55,6 +57,8 @@ HINTS = {
                       "attention's output",
     "ffn_input_x": "the FFN reads the updated stream h: h + ffn(ffn_norm(h)), not ffn_norm(x)",
     "eps": "pass eps on to both RMSNorms: RMSNorm(d_model, eps)",
+    "attn_unnormed": "pre-norm normalises the input of both sublayers: h = x + attn(attn_norm(x), cache), "
+                     "then h + ffn(ffn_norm(h))",
     "block_theta": "pass rope_theta on to CausalSelfAttention(d_model, num_heads, rope_theta)",
     # DecoderLM
     "final_norm": "apply final_norm to the last block's output before lm_head",
@@ -67,6 +71,7 @@ HINTS = {
     "caches_len": "raise ValueError when len(caches) != len(self.blocks): one cache per block",
     "emb_scale": "the token embedding goes in as it is: no * sqrt(d_model) (that is Gemma's and the "
                  "original Transformer's scaling, not Llama's)",
+    "lm_theta": "pass rope_theta on to every block: DecoderBlock(d_model, num_heads, d_ff, rope_theta)",
     "lm_softmax": "return the logits (lm_head's output), not probabilities: no softmax in forward",
     # sample_next_token
     "zero_temp": "temperature 0 means greedy: return logits.argmax(-1) before dividing by the "
@@ -85,6 +90,8 @@ HINTS = {
                   "ranked above it is already >= p",
     "topp_first": "apply top-k first, then top-p on the softmax of what top-k kept (Hugging Face's "
                   "order): the nucleus is taken after top-k renormalised",
+    "topp_gather": "undo the sort with scatter: torch.empty_like(s).scatter(-1, order, sorted_s); "
+                   "sorted_s.gather(-1, order) applies the permutation again instead of undoing it",
     "topp_unsorted": "top-p sorts the probabilities in descending order before the cumulative sum",
     "no_generator": "pass generator=generator to torch.multinomial (or your sampler): the same "
                     "generator state must give the same tokens",

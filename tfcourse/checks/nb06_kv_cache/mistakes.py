@@ -126,7 +126,7 @@ def _rope_interleaved(x, positions, base):
 def _attention_class(*, positions: str = "offset", cache_keys: str = "rotated", mask: str = "bottom_right",
                      scale: str = "dh", rope_v: bool = False, pairing: str = "half", theta: str = "given",
                      o_proj: bool = True, validate: bool = True, merge: str = "transpose",
-                     rope: bool = True) -> type:
+                     rope: bool = True, split: str = "h_dh") -> type:
     class Attention(nn.Module):
         def __init__(self, d_model, num_heads, rope_theta=10000.0):
             super().__init__()
@@ -151,9 +151,10 @@ def _attention_class(*, positions: str = "offset", cache_keys: str = "rotated", 
         def forward(self, x, cache=None):
             b, t, d = x.shape
             h, dh = self.num_heads, d // self.num_heads
-            q = self.q_proj(x).view(b, t, h, dh).transpose(1, 2)
-            k = self.k_proj(x).view(b, t, h, dh).transpose(1, 2)
-            v = self.v_proj(x).view(b, t, h, dh).transpose(1, 2)
+            if split == "h_dh":
+                q, k, v = (p(x).view(b, t, h, dh).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+            else:  # view(B, T, Dh, H): head h gets every H-th column instead of its own Dh block
+                q, k, v = (p(x).view(b, t, dh, h).permute(0, 3, 1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
             past = 0 if cache is None or positions == "zero" else cache.seq_len
             pos = torch.arange(past, past + t, device=x.device)
             q = self._rope(q, pos)
@@ -188,7 +189,8 @@ CausalSelfAttention = _attention_class()
 # DecoderBlock
 # ---------------------------------------------------------------------------------------------
 def _block_class(*, residual: str = "x", pass_cache: bool = True, ffn_residual: str = "h",
-                 ffn_input: str = "h", eps_passed: bool = True, theta_passed: bool = True) -> type:
+                 ffn_input: str = "h", eps_passed: bool = True, theta_passed: bool = True,
+                 attn_norm: bool = True) -> type:
     class Block(nn.Module):
         def __init__(self, d_model, num_heads, d_ff, rope_theta=10000.0, eps=1e-6):
             super().__init__()
@@ -203,7 +205,7 @@ def _block_class(*, residual: str = "x", pass_cache: bool = True, ffn_residual: 
             if residual == "post":
                 h = self.attn_norm(x + self.attn(x, c))
                 return self.ffn_norm(h + self.ffn(h))
-            n = self.attn_norm(x)
+            n = self.attn_norm(x) if attn_norm else x
             h = (n if residual == "normed" else x) + self.attn(n, c)
             m = self.ffn_norm(h if ffn_input == "h" else x)
             f = self.ffn(m)
@@ -220,14 +222,14 @@ DecoderBlock = _block_class()
 # DecoderLM
 # ---------------------------------------------------------------------------------------------
 def _lm_class(*, final_norm: bool = True, tie: str = "param", caches: str = "each", check_len: bool = True,
-              emb_scale: bool = False, softmax: bool = False) -> type:
+              emb_scale: bool = False, softmax: bool = False, theta_passed: bool = True) -> type:
     class LM(nn.Module):
         def __init__(self, vocab_size, d_model, num_layers, num_heads, d_ff, rope_theta=10000.0,
                      tie_embeddings=False):
             super().__init__()
             self.tok_emb = nn.Embedding(vocab_size, d_model)
-            self.blocks = nn.ModuleList(DecoderBlock(d_model, num_heads, d_ff, rope_theta)
-                                        for _ in range(num_layers))
+            theta = rope_theta if theta_passed else 10000.0
+            self.blocks = nn.ModuleList(DecoderBlock(d_model, num_heads, d_ff, theta) for _ in range(num_layers))
             self.final_norm = RMSNorm(d_model, 1e-6)
             self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
             if tie == "always" or (tie == "param" and tie_embeddings):
@@ -269,7 +271,8 @@ def filtered_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | 
     temp: "divide" | "after" (softmax, then / T: no effect) | "multiply" | "late" (top-k/top-p on
     the untempered logits, / T only before the final softmax). k_shift: top-k keeps
     k + k_shift. topp: "keep_crossing" | "drop_crossing" | "extra" (one token more) | "unsorted"
-    (cumulative mass in vocabulary order). order: "k_then_p" | "p_then_k" (nucleus of the
+    (cumulative mass in vocabulary order) | "gather" (unsorted with gather(-1, order), which
+    permutes again instead of undoing the sort). order: "k_then_p" | "p_then_k" (nucleus of the
     unfiltered distribution)."""
     x = logits.to(torch.float64)
     if temp == "divide":
@@ -306,6 +309,8 @@ def filtered_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | 
             drop = (cum - probs) >= top_p
         drop[:, 0] = False
         sorted_s = sorted_s.masked_fill(drop, float("-inf"))
+        if topp == "gather":
+            return sorted_s.gather(-1, order_)
         return torch.empty_like(sorted_s).scatter(-1, order_, sorted_s)
 
     if order == "k_then_p":
@@ -350,6 +355,7 @@ SAMPLING: dict[str, dict] = {
     "topp_extra": {"topp": "extra"},
     "topp_unsorted": {"topp": "unsorted"},
     "topp_first": {"order": "p_then_k"},
+    "topp_gather": {"topp": "gather"},
 }
 
 
@@ -458,6 +464,7 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         _m("no o_proj", "no_o_proj", _attention_class(o_proj=False)),
         _m("heads merged without transpose", "merge_view", _attention_class(merge="view")),
         _m("no RoPE", "no_rope", _attention_class(rope=False)),
+        _m("heads split with view(B, T, Dh, H)", "split_view", _attention_class(split="dh_h")),
     ),
     "DecoderBlock": (
         _m("residual from the normalised x", "residual_normed", _block_class(residual="normed")),
@@ -469,6 +476,7 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         _m("ffn reads x", "ffn_input_x", _block_class(ffn_input="x")),
         _m("eps not passed", "eps", _block_class(eps_passed=False)),
         _m("rope_theta not passed", "block_theta", _block_class(theta_passed=False)),
+        _m("only the FFN's input normalised", "attn_unnormed", _block_class(attn_norm=False)),
     ),
     "DecoderLM": (
         _m("no final norm", "final_norm", _lm_class(final_norm=False)),
@@ -477,6 +485,7 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         _m("caches[0] for every block", "lm_shared_cache", _lm_class(caches="first")),
         _m("embedding scaled by sqrt(D)", "emb_scale", _lm_class(emb_scale=True)),
         _m("softmax in forward", "lm_softmax", _lm_class(softmax=True)),
+        _m("rope_theta not passed to the blocks", "lm_theta", _lm_class(theta_passed=False)),
     ),
     "sample_next_token": (
         _m("logits / 0 at temperature 0", "zero_temp", _sampler(zero="divide")),

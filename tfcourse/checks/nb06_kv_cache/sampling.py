@@ -152,6 +152,10 @@ def _sampling_errors() -> Case:
 # 0.02 of a top-p threshold used below (the sorted probabilities are printed in the tests).
 ROW_A = torch.tensor([1.2, -0.3, 2.1, 0.4, -1.5, 1.7, 0.0, -0.8], dtype=torch.float64)
 ROW_B = torch.tensor([0.1, 0.9, -0.4, 1.6, 0.6, -1.1, 1.3, -0.2], dtype=torch.float64)
+# A row on which top-p taken before top-k (the nucleus of the whole distribution) keeps more tokens
+# than top-p of what top-k = 4 kept, and no other catalogued mistake samples the same distribution
+# (top_p = 0.7, temperature 1; same margins as above), so that mistake gets its hint.
+ROW_ORDER = torch.tensor([-1.0, 0.8, 2.1, 0.7, 1.9, 1.0, 1.1, 0.3], dtype=torch.float64)
 
 
 @NOTEBOOK.exercise("sample_next_token", parts=("core", "filters"))
@@ -177,6 +181,8 @@ def _sampling_cases() -> list[Case]:
                       "crosses 0.6 included)", both, 6481, top_p=0.6, part="filters"),
         sampling_case("top_p = 0.05 keeps the most likely token only (at least one token always)", both, 6491,
                       top_p=0.05, part="filters"),
+        sampling_case("top_k = 4, then top_p = 0.7 of what top-k kept: fewer tokens than the nucleus of the whole "
+                      "distribution", ROW_ORDER[None], 6496, top_k=4, top_p=0.7, part="filters"),
         sampling_case("temperature 0.7, top_k = 4, then top_p = 0.85 of what top-k kept (renormalised)", both,
                       6501, temperature=0.7, top_k=4, top_p=0.85, part="filters"),
         sampling_case("top_p = 1.0 keeps every token", both, 6511, top_p=1.0, part="filters"),

@@ -180,6 +180,13 @@ def same_config(call: Call, default: str) -> bool:
     return probe_kwargs(model).get("config", default) == probe_kwargs(path).get("config", default)
 
 
+def tied_model_untied_file(call: Call) -> bool:
+    """A tied LlamaDecoder probe given a file with output.weight (the "untied" configuration's)."""
+    model, path = (probe_kwargs(a) for a in call.args)
+    tied = model.get("tie_embeddings", model.get("config", "tied") == "tied")
+    return bool(tied) and path.get("config", "tied") == "untied"
+
+
 def real_tokens(call: Call) -> bool:
     hidden, mask = call.args
     m = mask.to(torch.float64)
@@ -377,6 +384,8 @@ TABLE: list[Domain] = [
       "multiple of G (exercise 2's rule), and for `\"mla\"` $d_r$ is even.", bytes_sizes),
     # -- 08 ------------------------------------------------------------------------------------
     D(N8, "load_decoder_weights", "`model` a `LlamaDecoder` (any size", lambda c: same_config(c, "tied")),
+    D(N8, "load_decoder_weights", "(A tied model given a file with `output.weight`: not graded.)",
+      lambda c: not tied_model_untied_file(c)),
     D(N8, "load_decoder_weights", "`ValueError` whose message names the file's tensor when its shape differs from "
       "its parameter's, or when the model needs a tensor the file lacks.", broken_file, invalid=True),
     D(N8, "load_encoder_weights", "accept files with and without it.",
@@ -506,3 +515,7 @@ def test_steps_are_read() -> None:
                                       Step("update", (torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2)))))
     assert len(step_args(call, "update")) == 2
     assert not cache_updates_fit(call)
+    probe = "tfcourse.checks.nb08_real_weights.probes:"
+    loaded = Call("load_decoder_weights", (Instance(probe + "tiny_decoder"),
+                                           Instance(probe + "tiny_gguf", kwargs={"config": "untied"})))
+    assert tied_model_untied_file(loaded) and not same_config(loaded, "tied")

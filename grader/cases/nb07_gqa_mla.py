@@ -169,10 +169,11 @@ def _bytes(seed: int) -> list[Case]:
     for kind in ("mha", "mqa", "gqa", "mla", "gqa", "mla"):
         layers, heads, dh = _int(g, 1, 100), _int(g, 1, 64), _int(g, 1, 256)
         kwargs = {"bytes_per_element": (1, 2, 4)[_int(g, 0, 3)]}
-        if kind == "gqa":
-            kwargs["num_kv_heads"] = _int(g, 1, heads + 1)
-        if kind == "mla":
-            kwargs.update(kv_lora_rank=_int(g, 16, 1024), qk_rope_head_dim=_int(g, 8, 128))
+        if kind == "gqa":  # G divides H (exercise 2's rule): one draw among H's divisors
+            divisors = [k for k in range(1, heads + 1) if heads % k == 0]
+            kwargs["num_kv_heads"] = divisors[_int(g, 0, len(divisors))]
+        if kind == "mla":  # dr even, as RoPE needs (exercise 4)
+            kwargs.update(kv_lora_rank=_int(g, 16, 1024), qk_rope_head_dim=2 * _int(g, 4, 64))
         calls.append(Call("attention_cache_bytes_per_token", (kind, layers, heads, dh), kwargs,
                           steps=(INT_STEP,)))
     calls.append(Call("attention_cache_bytes_per_token", ("gqa", 80, 64, 128), {"num_kv_heads": 8},

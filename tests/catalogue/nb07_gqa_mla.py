@@ -317,6 +317,26 @@ class MultiHeadLatentAttention(nn.Module):
 '''
 
 MLA_WRONG = [
+    _e("RoPE on the latent c_kv too",
+       _variant(_MLA, ("        k_rope = apply_rope(k_rope[:, None], cos, sin)[:, 0]", '''
+        k_rope = apply_rope(k_rope[:, None], cos, sin)[:, 0]
+        cos_c, sin_c = rope_cos_sin(torch.arange(past, past + T, device=x.device), Dc, self.rope_theta)
+        c_kv = apply_rope(c_kv[:, None], cos_c, sin_c)[:, 0]
+''')),
+       "RoPE never touches the latent c_kv"),
+    _e("kv_b_proj's output split as [K of all heads | V of all heads]",
+       _variant(_MLA, ('''
+            kv = self.kv_b_proj(c_kv).view(B, S, H, dn + dv).transpose(1, 2)
+            k_nope, v = torch.split(kv, [dn, dv], dim=-1)
+''', '''
+            k_all, v_all = torch.split(self.kv_b_proj(c_kv), [H * dn, H * dv], dim=-1)
+            k_nope = k_all.view(B, S, H, dn).transpose(1, 2)
+            v = v_all.view(B, S, H, dv).transpose(1, 2)
+''')),
+       "kv_b_proj's output is per head"),
+    _e("absorbed: the weighted latent times W_uv, not its transpose",
+       _variant(_MLA, ("out = (attn @ c_kv[:, None]) @ w_uv.transpose(-1, -2)", "out = (attn @ c_kv[:, None]) @ w_uv")),
+       "every product meets Dc with Dc"),
     _e("scaled by sqrt(qk_nope_head_dim) only", _variant(_MLA, (
         "scale = 1.0 / math.sqrt(dn + dr)", "scale = 1.0 / math.sqrt(dn)"), ('''
             out, _ = scaled_dot_product_attention(torch.cat([q_nope, q_rope], dim=-1), k, v, mask)

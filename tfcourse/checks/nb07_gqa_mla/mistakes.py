@@ -78,6 +78,13 @@ HINTS = {
                  "of q·k, not 1/sqrt(qk_nope_head_dim)",
     "rope_nope": "only the qk_rope_head_dim part carries position: RoPE rotates q_rope and k_rope "
                  "(tables of width dr), never q_nope, k_nope or the latent",
+    "mla_rope_latent": "RoPE never touches the latent c_kv: it stays position-free so that it is cached "
+                       "once and W_uk can be absorbed; rotate only q_rope and the shared k_rope (width dr)",
+    "mla_kv_split": "kv_b_proj's output is per head: view it as (B, S, H, dn + dv), then split the last "
+                    "axis into k_nope (dn) and v (dv); it is not [K of all heads | V of all heads]",
+    "absorb_shapes": "in the absorbed path every product meets Dc with Dc: q_nope (B, H, T, dn) @ W_uk "
+                     "(H, dn, Dc) -> (B, H, T, Dc), and the weighted latent (B, H, T, Dc) @ W_uvᵀ "
+                     "(W_uv.transpose(-1, -2), (H, Dc, dv)) -> (B, H, T, dv)",
     "per_head_rope": "kv_a_proj_with_mqa is D -> Dc + dr: the rope key is ONE head of width dr "
                      "shared by all heads (broadcast it), not H heads of width dr",
     "absorb_transposed": "kv_b_proj.weight is (H·(dn + dv), Dc) (nn.Linear stores out × in): view it "
@@ -296,10 +303,12 @@ def _rope_interleaved(x, positions, theta):
 
 def _mla_class(*, scale: str = "both", rope_nope: bool = False, per_head_rope: bool = False,
                absorb_mode: str = "ok", latent_norm: bool = True, cache_mode: str = "latent",
-               interleaved: bool = False, offset: bool = True, q_norm: bool = True) -> type:
+               interleaved: bool = False, offset: bool = True, q_norm: bool = True, rope_latent: bool = False,
+               kv_split: str = "per_head") -> type:
     mistakes = MLAMistakes(scale=scale, rope_nope=rope_nope, per_head_rope=per_head_rope,
                            absorb_mode=absorb_mode, latent_norm=latent_norm, cache_mode=cache_mode,
-                           interleaved=interleaved, offset=offset, q_norm=q_norm)
+                           interleaved=interleaved, offset=offset, q_norm=q_norm, rope_latent=rope_latent,
+                           kv_split=kv_split)
 
     class MLA(nn.Module):
         def __init__(self, d_model, num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
@@ -451,6 +460,9 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("interleaved pairs", HINTS["mla_interleaved"], _mla_class(interleaved=True)),
         Mistake("positions not offset", HINTS["mla_offset"], _mla_class(offset=False)),
         Mistake("q latent not normalised", HINTS["q_norm"], _mla_class(q_norm=False)),
+        Mistake("RoPE on the latent", HINTS["mla_rope_latent"], _mla_class(rope_latent=True)),
+        Mistake("kv_b_proj read as [K of all heads | V of all heads]", HINTS["mla_kv_split"],
+                _mla_class(kv_split="blocks")),
     ),
     "attention_cache_bytes_per_token": (
         Mistake("no factor 2", HINTS["bytes_two"], _bytes_fn(two=False)),

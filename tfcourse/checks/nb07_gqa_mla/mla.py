@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ..call import INT_STEP, Call, Instance, Step
 from ..case import Case, Judge, fmt_dtype
+from ..shared import with_error_hints
 from .cases import (
     ATTN_TOL,
     NOTEBOOK,
@@ -29,6 +30,11 @@ from .cases import (
 from .mistakes import HINTS
 
 __all__ = ["absorb_forbidden", "mla_oracle", "mla_state"]
+
+# torch's messages for matrix products whose inner sizes do not meet (matmul, bmm, einsum)
+_MATMUL_SHAPES = (r"shapes cannot be multiplied|Expected size for first two dimensions of batch2|"
+                  r"size of tensor a \(\d+\) must match the size of tensor b|einsum\(\): operands do not broadcast|"
+                  r"subscript .* has size \d+ for operand \d+ which does not broadcast")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,6 +222,8 @@ def _mla_case(title: str, seed: int, *, b: int = 2, d: int = 16, h: int = 2, dc:
             j.require(int(rows.sum()) == 0, f"with absorb=True, kv_b_proj was called on {int(rows.sum())} rows; "
                       "expected 0 (the absorbed path uses its weight, never its forward)", hint=HINTS["absorb_calls"])
 
+    if absorb:  # a shape error in the absorbed products (W_uv without its transpose, say) gets a hint
+        judge = with_error_hints(judge, ((_MATMUL_SHAPES, HINTS["absorb_shapes"]),))
     return make_case("MultiHeadLatentAttention", title, [call], judge, seed=seed, part=part)
 
 

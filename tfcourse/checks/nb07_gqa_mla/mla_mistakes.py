@@ -29,6 +29,8 @@ class MLAMistakes:
     interleaved: bool = False
     offset: bool = True
     q_norm: bool = True
+    rope_latent: bool = False  # RoPE also rotates the latent c_kv (at the new tokens' positions)
+    kv_split: str = "per_head"  # "blocks": kv_b_proj's output read as [all heads' K | all heads' V]
 
 
 class MLAForward:
@@ -46,6 +48,8 @@ class MLAForward:
         q_nope, q_rope = self._queries()
         c_kv, k_rope = self._latent()
         positions = self._positions()
+        if self.mistakes.rope_latent:
+            c_kv = self.m._rope(c_kv[:, None], positions)[:, 0]
         q_nope, q_rope = self._rotate_queries(q_nope, q_rope, positions)
         k_rope = self._rotate_keys(k_rope, positions)
         c_kv, k_rope = self._cached(c_kv, k_rope)
@@ -116,8 +120,11 @@ class MLAForward:
         """Attention on the latent itself, kv_b_proj's weight absorbed: (B, H, T, dv)."""
         h, dc, dn, dv = self.h, self.dc, self.dn, self.dv
         w = self.m.kv_b_proj.weight
-        w = w.T.reshape(h, dn + dv, dc) if self.mistakes.absorb_mode == "transposed" else w.view(h, dn + dv, dc)
-        w_uk, w_uv = w[:, :dn], w[:, dn:]  # (H, dn, Dc), (H, dv, Dc)
+        if self.mistakes.kv_split == "blocks":
+            w_uk, w_uv = w[: h * dn].view(h, dn, dc), w[h * dn:].view(h, dv, dc)
+        else:
+            w = w.T.reshape(h, dn + dv, dc) if self.mistakes.absorb_mode == "transposed" else w.view(h, dn + dv, dc)
+            w_uk, w_uv = w[:, :dn], w[:, dn:]  # (H, dn, Dc), (H, dv, Dc)
         lat = c_kv[:, None]  # (B, 1, S, Dc)
         scores = (q_nope @ w_uk) @ lat.transpose(-1, -2) + q_rope @ k_rope_h.transpose(-1, -2)
         scores = scores * scale_by
@@ -133,8 +140,12 @@ class MLAForward:
             kv = torch.nn.functional.linear(c_kv, m.kv_b_proj.weight)
         else:
             kv = m.kv_b_proj(c_kv)
-        kv = kv.view(b, s, h, dn + dv).transpose(1, 2)
-        k_nope, v = kv.split([dn, dv], dim=-1)
+        if self.mistakes.kv_split == "blocks":
+            k_all, v_all = kv.split([h * dn, h * dv], dim=-1)
+            k_nope, v = k_all.view(b, s, h, dn).transpose(1, 2), v_all.view(b, s, h, dv).transpose(1, 2)
+        else:
+            kv = kv.view(b, s, h, dn + dv).transpose(1, 2)
+            k_nope, v = kv.split([dn, dv], dim=-1)
         if self.mistakes.rope_nope:
             k_full = m._rope(torch.cat((k_nope, k_rope_h), dim=-1), torch.arange(s, device=x.device))
         else:

@@ -485,3 +485,15 @@ def test_a_step_with_an_empty_name_reads_what_the_function_returned():
     assert found.ok and found.tensors[0].dtype == torch.int64 and int(found.tensors[0]) == 1
     none = run_call(Call("pick", (x,), {"none": True}, steps=(Step("", attribute=True),)), {"pick": pick})
     assert none.ok and none.tensors[0].shape == (0,) and none.tensors[0].dtype == torch.float64
+
+
+def test_an_any_order_pattern_refuses_the_sizes_in_every_layout():
+    from tfcourse.checks.evidence import ANY_ORDER, shape_matches
+
+    per_head_k = (ANY_ORDER, 7, 3, 6)  # S = 7, H = 3, dn = 6
+    for layout in ((2, 3, 7, 6), (2, 3, 6, 7), (7, 2, 3, 6), (3, 6, 2, 7), (3, 7, 6)):
+        assert shape_matches(layout, per_head_k), layout
+    for legit in ((2, 3, 3, 7), (2, 3, 3, 6), (2, 7, 9), (3, 6, 9), (2, 3, 7, 4)):
+        assert not shape_matches(legit, per_head_k), legit
+    assert shape_matches((2, 3, 3, 3), (ANY_ORDER, 3, 3)) and not shape_matches((2, 3, 4), (ANY_ORDER, 3, 3))
+    assert shape_matches((9, 5, 6), (-1, 5, 6)) and not shape_matches((5, 6, 9), (-1, 5, 6))  # trailing as before

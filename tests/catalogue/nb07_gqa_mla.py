@@ -317,6 +317,16 @@ class MultiHeadLatentAttention(nn.Module):
 '''
 
 MLA_WRONG = [
+    _e("absorb=True computing K and V per head in the layouts (B, H, dn, S) and (B, H, dv, S)",
+       _variant(_MLA, ('''
+            q_lat = q_nope @ w_uk
+            scores = q_lat @ c_kv[:, None].transpose(-1, -2) + q_rope @ k_rope[:, None].transpose(-1, -2)
+''', '''
+            k_t = torch.einsum("hdc,bsc->bhds", w_uk, c_kv)
+            v_t = torch.einsum("hdc,bsc->bhds", w_uv, c_kv)
+            scores = q_nope @ k_t + q_rope @ k_rope[:, None].transpose(-1, -2)
+'''), ("out = (attn @ c_kv[:, None]) @ w_uv.transpose(-1, -2)", 'out = torch.einsum("bhts,bhvs->bhtv", attn, v_t)')),
+       "K and V are never built per head"),
     _e("RoPE on the latent c_kv too",
        _variant(_MLA, ("        k_rope = apply_rope(k_rope[:, None], cos, sin)[:, 0]", '''
         k_rope = apply_rope(k_rope[:, None], cos, sin)[:, 0]

@@ -15,8 +15,26 @@ import torch
 
 from .outcome import FORBIDDEN_SHAPE, MODIFIED_INPUT, NO_GRADIENT, Outcome, is_plain_tensor
 
-__all__ = ["RowCounter", "ShapeWatch", "call_and_gradients", "forward_and_gradients", "grad_output_for",
+# A forbidden shape that starts with ANY_ORDER matches a tensor holding all the sizes after it
+# among its dimensions, in any order and place (as a multiset): per-head keys whatever their layout.
+ANY_ORDER = -2
+
+__all__ = ["ANY_ORDER", "RowCounter", "ShapeWatch", "call_and_gradients", "forward_and_gradients", "grad_output_for",
            "modified_input", "tensor_leaves", "watch_inputs"]
+
+
+def shape_matches(shape: tuple[int, ...], pattern: tuple[int, ...]) -> bool:
+    """Whether ``shape`` is ruled out by ``pattern``: its trailing dimensions (-1 matches any
+    size), or, for ``(ANY_ORDER, *sizes)``, all of ``sizes`` among its dimensions."""
+    if pattern and pattern[0] == ANY_ORDER:
+        left = list(shape)
+        for size in pattern[1:]:
+            if size not in left:
+                return False
+            left.remove(size)
+        return True
+    return len(shape) >= len(pattern) and all(w in (-1, n) for w, n in zip(pattern, shape[len(shape) - len(pattern):],
+                                                                          strict=True))
 
 
 class ShapeMode(torch.overrides.TorchFunctionMode):
@@ -32,9 +50,7 @@ class ShapeMode(torch.overrides.TorchFunctionMode):
         if not self.found:
             for _, t in tensor_leaves(out, ""):
                 shape = tuple(t.shape)
-                if any(len(shape) >= len(p) and all(w in (-1, n) for w, n in zip(p, shape[len(shape) - len(p):],
-                                                                                   strict=True))
-                       for p in self.patterns):
+                if any(shape_matches(shape, p) for p in self.patterns):
                     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
                     self.found = f"`{name}` computed a tensor of shape {shape}"
                     break

@@ -107,8 +107,9 @@ def with_errors(judge: Callable[[Judge], None]) -> Callable[[Judge], None]:
         for i, o in enumerate(j.outcomes):
             python_int_failure(j, i)
             if o.kind == "error" and o.error_type == FORBIDDEN_SHAPE:
-                j.fail(f"with absorb=True, {o.error_message}, which holds keys or values per head (tensors "
-                       "ending with (S, H·(dn + dv)), or with (H, S, dn) / (H, S, dv) once S > T, are refused)",
+                j.fail(f"with absorb=True, {o.error_message}, which holds keys or values per head (refused: "
+                       "a tensor ending with (S, H·(dn + dv)), or, once S > T, one with S, H and dn or dv among "
+                       "its dimensions, in any layout)",
                        hint=HINTS["absorb_calls"])
             if o.kind == "bad_type" and "method" in o.type_name:
                 j.fail(f"got {o.type_name} where a value was expected", hint=HINTS["lc_property"])

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ..call import INT_STEP, Call, Instance, Step
 from ..case import Case, Judge, fmt_dtype
+from ..evidence import ANY_ORDER
 from ..shared import with_error_hints
 from .cases import (
     ATTN_TOL,
@@ -85,8 +86,9 @@ def absorb_forbidden(b: int, h: int, dc: int, dn: int, dr: int, dv: int, chunks:
                      ) -> tuple[tuple[int, ...], ...]:
     """The trailing shapes no tensor of an absorbed MLA forward may end with (Call.forbid_shapes):
     K and V per head, whether made by kv_b_proj or by the latent times its weight. Every S the
-    calls reach: (S, H·(dn + dv)) and (B·S, H·(dn + dv)); where S > T (a cached call):
-    (S, H, w) and (H, S, w) for w = dn, dv, dn + dv. The sizes must differ so that the absorbed
+    calls reach: (S, H·(dn + dv)) and (B·S, H·(dn + dv)); where S > T (a cached call): S, H and w
+    among a tensor's dimensions in any order, for w = dn, dv, dn + dv (per-head K or V in any layout:
+    (B, H, S, dn), (B, H, dn, S), (S, B, H, dv), ...). The sizes must differ so that the absorbed
     path's own tensors (q_nope (B, H, T, dn), its output (B, H, T, dv), the rope key broadcast
     (B, H, S, dr), the latent (B, S, Dc), the weight's views (H, Dc, dv)) cannot match."""
     wide = h * (dn + dv)
@@ -98,7 +100,7 @@ def absorb_forbidden(b: int, h: int, dc: int, dn: int, dr: int, dv: int, chunks:
         found |= {(s, wide), (b * s, wide)}
         if s > t:
             assert s not in (*chunks, dc), "a cached S must be neither a T nor Dc (w_uv.mT is (H, Dc, dv))"
-            found |= {shape for w in (dn, dv, dn + dv) for shape in ((s, h, w), (h, s, w))}
+            found |= {(ANY_ORDER, s, h, w) for w in (dn, dv, dn + dv)}
     return tuple(sorted(found))
 
 

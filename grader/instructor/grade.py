@@ -468,7 +468,7 @@ def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed:
     todo, skipped, problems = _jobs_to_grade(course, coursedir, ours, seed=seed, student=student,
                                              settings=settings, force=force)
     log(f"{len(todo)} submission(s) to grade, {len(skipped)} already graded (sandbox {isolation.mode})")
-    report = Report()
+    report = RunReport()
     saved = _saver(course, coursedir, problems, lock_wait=lock_wait, log=log, report=report)
     client = _connect(scheduler) if scheduler and todo else None
     try:
@@ -494,7 +494,7 @@ def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed:
 
 
 @dataclass
-class Report:
+class RunReport:
     """What a grade run tells the instructor after the per-submission lines."""
 
     overridden: list[str] = dataclasses.field(default_factory=list)
@@ -573,7 +573,7 @@ def _jobs_to_grade(course: Path, coursedir, assignments: list[str], *, seed: int
     return [j for j in todo if j not in skipped], skipped, problems
 
 
-def _saver(course: Path, coursedir, problems: list[str], *, lock_wait: float, log, report: Report | None = None):
+def _saver(course: Path, coursedir, problems: list[str], *, lock_wait: float, log, report: RunReport | None = None):
     """What the batches hand each row to (``saved``); a submission that could not be saved goes to
     ``problems``, one saved to ``report``."""
     from ..isolation import sandbox

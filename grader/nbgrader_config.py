@@ -74,4 +74,4 @@ c.IgnorePattern.pattern = r"(?m)^.*:\d+: \w*Warning: "
 # writable by everyone (mode 777). `python -m grader.instructor init --exchange DIR` writes this
 # line (default: nbgrader's own default, below) and creates the folder when it can. The learners'
 # nbgrader needs the same root and course_id: on JupyterHub, in /etc/jupyter/nbgrader_config.py.
-c.Exchange.root = "/srv/nbgrader/exchange"
+c.Exchange.root = "/usr/local/share/nbgrader/exchange"

@@ -166,12 +166,13 @@ def test_release_and_collect_through_the_exchange(term) -> None:
     formgrader sees the exchange and both assignments as released, not as drafts."""
     from nbgrader.apps import NbGraderAPI
 
-    from grader.instructor.course import course_directory
+    from grader.instructor.course import course_directory, load_config
 
     course, _, _, exchange, log = term
     assert f"exchange {exchange} (course tfcourse)" in log, log
     assert f"c.Exchange.root = {str(exchange)!r}" in (course / "nbgrader_config.py").read_text()
-    api = NbGraderAPI(coursedir=course_directory(course))
+    # formgrader's API with the course's config, as formgrader loads it from the course directory
+    api = NbGraderAPI(coursedir=course_directory(course), config=load_config(course))
     assert not api.exchange_missing and api.exchange_root == str(exchange)
     for name in (NB1, NB2):
         assert (exchange / "tfcourse" / "outbound" / name / f"{name}.ipynb").is_file()

@@ -83,10 +83,13 @@ def test_init_config_names_the_exchange(tmp_path) -> None:
         write_config(course, None, str(tmp_path / "other"))
 
 
-def test_init_default_exchange_missing_is_a_warning_with_the_fix(tmp_path, monkeypatch) -> None:
+def test_init_default_exchange_missing_is_a_warning_with_the_fix(tmp_path) -> None:
     """Without --exchange init writes nbgrader's default and never creates that system folder."""
+    from nbgrader.exchange.default import Exchange
+
     import grader.instructor.course as course_mod
 
+    assert course_mod.DEFAULT_EXCHANGE == Exchange.class_traits()["root"].default_value  # nbgrader's own
     course = tmp_path / "course"
     course.mkdir()
     write_config(course, "c1")

@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
                                        "(default: tfcourse)")
     i.add_argument("--exchange", metavar="DIR",
                    help="nbgrader's exchange folder written into a new nbgrader_config.py and created "
-                        "if missing (default: nbgrader's /srv/nbgrader/exchange)")
+                        "if missing (default: nbgrader's /usr/local/share/nbgrader/exchange)")
     g = sub.add_parser("grade", help="grade submitted/ into nbgrader's gradebook")
     g.add_argument("course", type=Path, metavar="COURSE_DIR")
     g.add_argument("--assignment", metavar="A", help="grade this assignment only (default: all)")

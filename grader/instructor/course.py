@@ -84,7 +84,7 @@ def existing_assignments(course: Path) -> list[str] | None:
         return [a.name for a in gb.assignments]
 
 
-DEFAULT_EXCHANGE = "/srv/nbgrader/exchange"  # nbgrader's own default for Exchange.root
+DEFAULT_EXCHANGE = "/usr/local/share/nbgrader/exchange"  # nbgrader's own default for Exchange.root
 
 
 def _set_line(text: str, old: str, new: str) -> str:

@@ -62,6 +62,7 @@ def test_hidden_reference_gets_its_hint_once() -> None:
     assert "your own code from this notebook" in noted
     # another notebook's module, or a message that already explains it: left as it is
     assert hidden_reference_note(bare, "02_multi_head_attention") == bare
+    assert hidden_reference_note(bare, "") == bare  # no notebook named: nothing to say
     explained = bare + "\n  hint: the grader hides the course's solutions of the notebook being graded"
     assert hidden_reference_note(explained, NB1) == explained
     exercise = {"status": "error", "parts": [_part(0)], "feedback": bare}

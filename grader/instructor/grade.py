@@ -192,7 +192,7 @@ def hidden_reference_note(text: str, notebook: str) -> str:
     from ..build import module_name
 
     module = f"tfcourse.reference.{module_name(notebook)}"
-    if f"No module named '{module}" not in text or "hint: the grader hides" in text:
+    if not notebook or f"No module named '{module}'" not in text or "hint: the grader hides" in text:
         return text
     return text.rstrip("\n") + "\n  " + HIDDEN_REFERENCE_HINT.format(module=module)
 

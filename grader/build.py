@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -120,7 +121,9 @@ def reference_module(notebook: str, source_nb) -> str:
 #: ``tfcourse/reference/__init__.py``. ``learner-env`` rewrites its ``NOTEBOOKS = ...`` line to the
 #: notebooks it keeps; ``COURSE`` stays the whole course. A course notebook's module that NOTEBOOKS
 #: leaves out then raises a ModuleNotFoundError that says why (a demo cell after an exercise
-#: imports its own notebook's reference: a bare "No module named" reads as a broken install). The
+#: imports its own notebook's reference: a bare "No module named" reads as a broken install; a
+#: later notebook's imports cell imports earlier ones', ``IMPORTED_BY``: skipping it is no way out,
+#: the environment is too old for that notebook). The
 #: grader's library copy keeps NOTEBOOKS whole and only deletes files: the ordinary error there,
 #: which the feedback explains (tfcourse/checks/case.py).
 REFERENCE_INIT = '''\
@@ -139,22 +142,39 @@ import sys as _sys
 
 NOTEBOOKS = {notebooks}
 COURSE = {notebooks}
+# notebook: the later notebooks whose imports cell imports its reference
+IMPORTED_BY = {imported_by}
 
 _UNRELEASED = {{f"{{__name__}}.nb{{n}}": n for n in COURSE if n not in NOTEBOOKS}}
 
 
+def _number(notebook: str) -> str:
+    return notebook.split("_", 1)[0]
+
+
 def _not_released(name: str) -> ModuleNotFoundError:
     notebook = _UNRELEASED[name]
-    number = notebook.split("_", 1)[0]
-    return ModuleNotFoundError(
-        f"No module named {{name!r}}: the reference solutions of notebook {{number}} ({{notebook}}) "
-        "are not in this course environment yet. Your instructor releases them after that "
-        "notebook's due date.\\n"
-        "If this cell only compares your code with the reference, or demonstrates it, skip it: "
-        "your own implementation above is what is graded, not this cell.\\n"
-        f"To run it later: once notebook {{number}}'s reference is released, ask your instructor "
-        "for the updated course package (or reinstall it), then restart the kernel.",
-        name=name)
+    number = _number(notebook)
+    held = f"notebooks {{_number(NOTEBOOKS[0])}}-{{_number(NOTEBOOKS[-1])}}" if NOTEBOOKS else "no notebook"
+    lines = [f"No module named {{name!r}}: the reference solutions of notebook {{number}} ({{notebook}}) "
+             f"are not in this course environment yet (it holds those of {{held}}). Your instructor "
+             "releases them after that notebook's due date."]
+    importers = [_number(n) for n in IMPORTED_BY.get(notebook, [])]
+    if importers:
+        which = " or ".join(filter(None, [", ".join(importers[:-1]), importers[-1]]))
+        lines.append(
+            f"If this is the imports cell of notebook {{which}} (it needs notebook "
+            f"{{number}}'s components): this course environment is too old for the notebook you are "
+            "opening. Do not skip that cell: ask your instructor for the course package built for "
+            "this notebook (it holds the reference of every notebook before it), then restart the "
+            "kernel.")
+    lines.append(
+        f"If this cell comes after an exercise of notebook {{number}} and only compares your code with "
+        "the reference, or demonstrates it, skip it: your own implementation above is what is "
+        f"graded, not this cell. To run it later: once notebook {{number}}'s reference is released, "
+        "ask your instructor for the updated course package (or reinstall it), then restart the "
+        "kernel.")
+    return ModuleNotFoundError("\\n".join(lines), name=name)
 
 
 class _NotReleasedFinder(_abc.MetaPathFinder):
@@ -182,17 +202,30 @@ if _UNRELEASED:
 '''
 
 
+def setup_imports(source_nb) -> list[str]:
+    """The notebooks whose reference module the imports (setup) cell of ``source_nb`` imports."""
+    text = setup_source(source_nb)
+    found = re.findall(r"tfcourse\.reference\.nb(\d\d_\w+)", text)
+    found += [m for group in re.findall(r"from\s+tfcourse\.reference\s+import\s+([^\n]+)", text)
+              for m in re.findall(r"\bnb(\d\d_\w+)", group)]
+    return sorted(set(found))
+
+
 def outputs() -> dict[Path, str]:
     """Every generated file and its text."""
     files: dict[Path, str] = {}
     names = []
+    imported_by: dict[str, list[str]] = {}
     for path in sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb")):
         notebook = path.stem
         names.append(notebook)
         source_nb = nbformat.read(path, as_version=4)
         files[NOTEBOOKS / path.name] = jupyterlab_text(release(source_nb))
         files[REFERENCE / f"{module_name(notebook)}.py"] = reference_module(notebook, source_nb)
-    files[REFERENCE / "__init__.py"] = REFERENCE_INIT.format(notebooks=json.dumps(names))
+        for imported in setup_imports(source_nb):
+            imported_by.setdefault(imported, []).append(notebook)
+    files[REFERENCE / "__init__.py"] = REFERENCE_INIT.format(
+        notebooks=json.dumps(names), imported_by=json.dumps(dict(sorted(imported_by.items()))))
     return files
 
 

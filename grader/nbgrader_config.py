@@ -69,6 +69,9 @@ c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"(?m)^.*:\d+: \w*Warning: "
 
 # --- Exchange (JupyterHub) ----------------------------------------------------------------------
-# `nbgrader release_assignment` / `collect` go through a shared folder; nbgrader's default is
-# /srv/nbgrader/exchange. Uncomment to put it elsewhere.
-# c.Exchange.root = "/srv/nbgrader/exchange"
+# `nbgrader release_assignment`, `collect` and `release_feedback` (and the learners' fetch and
+# submit, formgrader's release buttons) go through this shared folder; it must exist and be
+# writable by everyone (mode 777). `python -m grader.instructor init --exchange DIR` writes this
+# line (default: nbgrader's own default, below) and creates the folder when it can. The learners'
+# nbgrader needs the same root and course_id: on JupyterHub, in /etc/jupyter/nbgrader_config.py.
+c.Exchange.root = "/usr/local/share/nbgrader/exchange"

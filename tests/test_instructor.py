@@ -1,7 +1,11 @@
 """The instructor workflow (issue 18): ``python -m grader.instructor init|grade|learner-env``.
 
-End to end, in a temporary folder: ``init`` builds an nbgrader course for notebooks 01 and 02;
-three students are "collected" into ``submitted/`` (as ``nbgrader collect`` leaves them):
+End to end, in a temporary folder: ``init`` builds an nbgrader course for notebooks 01 and 02
+(with an exchange folder of its own); ``nbgrader release_assignment`` releases both through the
+exchange with the config init wrote; three students fetch them and submit through nbgrader's
+exchange (what the Assignments tab does; one account plays all three here, so ``collect`` warns
+about the owner) and ``nbgrader collect`` puts them into ``submitted/``; a fourth student, in the
+gradebook (``nbgrader db student add``), submits nothing:
 
 * ``full``: the reference code in every answer cell;
 * ``partial``: notebook 01's ``scaled_dot_product_attention`` with an inverted mask (a realistic
@@ -22,7 +26,9 @@ Every submission keeps only the cells grading needs (tests/test_nbgrader_roundtr
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import os
 import shutil
 import sqlite3
@@ -42,6 +48,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 NB1, NB2 = "01_attention", "02_multi_head_attention"
 STUDENTS = ("full", "partial", "hostile")
+ABSENT = "absent"  # in the gradebook, submits nothing
 TIMEOUT = 900
 
 # The fake pass: in nbgrader's kernel this cell runs after the cell importing the checks, and the
@@ -85,36 +92,66 @@ def _cell_scores(course: Path, assignment: str, student: str) -> dict[str, float
 
 
 def _submit(course: Path, student: str, assignment: str, nb) -> None:
+    """A submission put into submitted/ by hand (the way without the exchange)."""
     folder = course / "submitted" / student / assignment
     folder.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, folder / f"{assignment}.ipynb")
     (folder / "timestamp.txt").write_text("2026-12-01 10:00:00.000000 UTC")
 
 
+def _learner_submits(exchange: Path, home: Path, student: str, assignment: str, nb) -> None:
+    """What a learner's Assignments tab does, with nbgrader's own exchange classes: fetch the
+    released assignment into their home, work on it, submit it."""
+    from nbgrader.auth import Authenticator
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.exchange.default import ExchangeFetchAssignment, ExchangeSubmit
+    from traitlets.config import Config
+
+    cfg = Config()  # the two lines docs/instructor.md says the learners' nbgrader needs
+    cfg.Exchange.root, cfg.CourseDirectory.course_id = str(exchange), "tfcourse"
+    cfg.Exchange.assignment_dir = cfg.CourseDirectory.root = str(home)
+    home.mkdir(parents=True, exist_ok=True)
+    coursedir = CourseDirectory(config=cfg)
+    coursedir.assignment_id = assignment
+    auth = Authenticator(config=cfg)
+    ExchangeFetchAssignment(coursedir=coursedir, authenticator=auth, config=cfg).start()
+    fetched = home / assignment / f"{assignment}.ipynb"
+    assert fetched.is_file()
+    nbformat.write(nb, fetched)
+    coursedir.student_id = student  # the hub's username; one account plays every learner here
+    ExchangeSubmit(coursedir=coursedir, authenticator=auth, config=cfg).start()
+
+
 @pytest.fixture(scope="module")
 def term(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("instructor")
-    course = tmp / "course"
-    assert main(["init", str(course), "--assignments", f"{NB1},{NB2}"]) == 0
+    course, exchange = tmp / "course", tmp / "exchange"
+    init_out = io.StringIO()
+    with contextlib.redirect_stdout(init_out):
+        assert main(["init", str(course), "--assignments", f"{NB1},{NB2}", "--exchange", str(exchange)]) == 0
+    env = _environment(tmp)
+    _nbgrader(course, env, "db", "student", "add", ABSENT)
     for name in (NB1, NB2):
+        _nbgrader(course, env, "release_assignment", name)  # the config init wrote: no --Exchange.root
         released = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
         source = nbformat.read(course / "source" / name / f"{name}.ipynb", as_version=4)
-        _submit(course, "full", name, _with_cells(released, source, {}))
         wrong = {"scaled_dot_product_attention": INVERTED_MASK_SDPA} if name == NB1 else {}
-        _submit(course, "partial", name, _with_cells(released, source, wrong))
         fake = {"softmax": HOSTILE_SOFTMAX} if name == NB1 else {}
-        _submit(course, "hostile", name, _with_cells(released, source, fake))
-    env = _environment(tmp)
+        for student, changes in (("full", {}), ("partial", wrong), ("hostile", fake)):
+            _learner_submits(exchange, tmp / "home" / student, student, name, _with_cells(released, source, changes))
+        _nbgrader(course, env, "collect", name)
     theirs = tmp / "nbgrader-course"
     shutil.copytree(course, theirs)
     for name in (NB1, NB2):
         _nbgrader(theirs, env, "autograde", name)
-    assert main(["grade", str(course), "--jobs", "2", *_named()]) == 0
-    return course, theirs, env
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["grade", str(course), "--jobs", "2", *_named()]) == 0
+    return course, theirs, env, exchange, init_out.getvalue() + out.getvalue()
 
 
 def test_init_releases_the_course_notebooks(term) -> None:
-    course, _, _ = term
+    course = term[0]
     for name in (NB1, NB2):
         assert (course / "source" / name / f"{name}.ipynb").read_bytes() == \
             (ROOT / "solutions" / f"{name}.ipynb").read_bytes()
@@ -124,8 +161,37 @@ def test_init_releases_the_course_notebooks(term) -> None:
     assert "course_id" in (course / "nbgrader_config.py").read_text()
 
 
+def test_release_and_collect_through_the_exchange(term) -> None:
+    """release_assignment and collect ran with the config init wrote (no --Exchange.root), and
+    formgrader sees the exchange and both assignments as released, not as drafts."""
+    from nbgrader.apps import NbGraderAPI
+
+    from grader.instructor.course import course_directory, load_config
+
+    course, _, _, exchange, log = term
+    assert f"exchange {exchange} (course tfcourse)" in log, log
+    assert f"c.Exchange.root = {str(exchange)!r}" in (course / "nbgrader_config.py").read_text()
+    # formgrader's API with the course's config, as formgrader loads it from the course directory
+    api = NbGraderAPI(coursedir=course_directory(course), config=load_config(course))
+    assert not api.exchange_missing and api.exchange_root == str(exchange)
+    for name in (NB1, NB2):
+        assert (exchange / "tfcourse" / "outbound" / name / f"{name}.ipynb").is_file()
+        assert api.get_assignment(name)["status"] == "released", api.get_assignment(name)
+        for student in STUDENTS:  # collect's layout, with nbgrader's timestamp
+            assert (course / "submitted" / student / name / "timestamp.txt").is_file(), (student, name)
+    assert not (course / "submitted" / ABSENT).exists()
+
+
+def test_grade_lists_missing_submissions(term) -> None:
+    log = term[4]
+    for name in (NB1, NB2):
+        assert f"missing submission(s) of {name}: {ABSENT} (nothing in submitted/<student>/{name}/: " \
+               f"`nbgrader collect {name}` puts submissions there)" in log, log
+    assert "review:" not in log and "stale" not in log, log  # nothing overridden, no feedback yet
+
+
 def test_gradebook_scores_per_test_cell(term) -> None:
-    course, _, _ = term
+    course = term[0]
     for student in STUDENTS:
         scores = _cell_scores(course, NB2, student)
         assert sum(scores.values()) == 10 and len(scores) >= 5, (student, scores)
@@ -140,7 +206,7 @@ def test_gradebook_scores_per_test_cell(term) -> None:
 
 def test_honest_submissions_agree_with_nbgrader_autograde(term) -> None:
     """The same score per test cell from both; the hostile one fools nbgrader only."""
-    course, theirs, _ = term
+    course, theirs = term[:2]
     for student in ("full", "partial"):
         for name in (NB1, NB2):
             assert _cell_scores(course, name, student) == _cell_scores(theirs, name, student), (student, name)
@@ -156,7 +222,7 @@ def test_formgrader_sees_graded_submissions(term) -> None:
 
     from grader.instructor.course import course_directory
 
-    course, _, _ = term
+    course = term[0]
     api = NbGraderAPI(coursedir=course_directory(course))
     for name in (NB1, NB2):
         assert api.get_autograded_students(name) == set(STUDENTS)
@@ -167,7 +233,7 @@ def test_formgrader_sees_graded_submissions(term) -> None:
 
 
 def test_nbgrader_export(term) -> None:
-    course, _, env = term
+    course, env = term[0], term[2]
     _nbgrader(course, env, "export", "--to", "grades.csv")
     with open(course / "grades.csv", newline="") as f:
         rows = {(r["assignment"], r["student_id"]): r for r in csv.DictReader(f)}
@@ -179,13 +245,18 @@ def test_nbgrader_export(term) -> None:
 
 
 def test_feedback_holds_our_messages(term) -> None:
-    course, _, env = term
+    course, env = term[0], term[2]
     _nbgrader(course, env, "generate_feedback", NB1)
     hostile = (course / "feedback" / "hostile" / NB1 / f"{NB1}.html").read_text()
     assert "tfcourse grader: 0 of 2 points for this test cell" in hostile
     assert "✗ softmax" in hostile
     full = (course / "feedback" / "full" / NB1 / f"{NB1}.html").read_text()
     assert "✓ softmax" in full and "✗" not in full
+    # each test cell's own status: the core cell of the exercise whose masks cell failed passed
+    partial = (course / "feedback" / "partial" / NB1 / f"{NB1}.html").read_text()
+    assert partial.count("2 of 2 points for this test cell (passed)") == 3, partial.count("(passed)")
+    assert partial.count("0 of 2 points for this test cell (failed)") == 1
+    assert "points for this test cell (failed)" not in full
     # nothing of the grading markers reaches the learners (their key depends on the seed)
     assert sorted(p.name for p in (course / "feedback").rglob("*") if p.is_file()) == \
         sorted(f"{NB1}.html" for _ in STUDENTS)
@@ -194,13 +265,38 @@ def test_feedback_holds_our_messages(term) -> None:
 
 
 def test_autograded_notebook_has_hidden_tests_and_verdicts(term) -> None:
-    course, _, _ = term
+    course = term[0]
     nb = nbformat.read(course / "autograded" / "partial" / NB1 / f"{NB1}.ipynb", as_version=4)
     cells = {c.metadata.nbgrader["grade_id"]: c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
     masks = cells["test_scaled_dot_product_attention__masks"]
     assert "check_hidden" in masks.source  # restored from the gradebook, as nbgrader does
     assert [o.output_type for o in masks.outputs] == ["error"]
+    assert masks.outputs[0].traceback[0] == "tfcourse grader: 0 of 2 points for this test cell (failed)"
+    core = cells["test_scaled_dot_product_attention"]
+    assert core.outputs[0].text.startswith("tfcourse grader: 2 of 2 points for this test cell (passed)\n")
     assert [o.output_type for o in cells["test_softmax"].outputs] == ["stream"]
+
+
+def test_hidden_reference_is_explained_in_the_feedback(term, tmp_path, capsys) -> None:
+    """A learner whose answer imports this notebook's own reference (it imports in their kernel)
+    is told in formgrader and in the feedback why the grader cannot use it."""
+    course, env = term[0], term[2]
+    copy = tmp_path / "course"
+    shutil.copytree(course, copy)
+    released = nbformat.read(copy / "release" / NB1 / f"{NB1}.ipynb", as_version=4)
+    source = nbformat.read(copy / "source" / NB1 / f"{NB1}.ipynb", as_version=4)
+    borrowed = {"softmax": "from tfcourse.reference.nb01_attention import softmax\n"}
+    _submit(copy, "borrower", NB1, _with_cells(released, source, borrowed))
+    rc, out, err = _run(capsys, "grade", str(copy), "--assignment", NB1, "--student", "borrower", *_named())
+    assert rc == 0 and f"graded borrower/{NB1}: automatic score 8/10" in out, (out, err)
+    nb = nbformat.read(copy / "autograded" / "borrower" / NB1 / f"{NB1}.ipynb", as_version=4)
+    (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_softmax"]
+    text = "\n".join(cell.outputs[0].traceback)
+    assert "No module named 'tfcourse.reference.nb01_attention'" in text, text
+    assert "holds the course's own solutions of this notebook, which the grader hides" in text, text
+    _nbgrader(copy, env, "generate_feedback", NB1, "--student", "borrower")
+    html = (copy / "feedback" / "borrower" / NB1 / f"{NB1}.html").read_text()
+    assert "which the grader hides" in html and "your own code from this notebook" in html
 
 
 def _run(capsys, *args: str) -> tuple[int, str, str]:
@@ -210,7 +306,7 @@ def _run(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_bad_input_one_line_errors(term, tmp_path, capsys) -> None:
-    course, _, _ = term
+    course = term[0]
     rc, _, err = _run(capsys, "grade", str(tmp_path))
     assert rc == 1 and len(err.strip().splitlines()) == 1 and "grader.instructor init" in err, err
     rc, _, err = _run(capsys, "grade", str(course), "--assignment", "09_nothing")
@@ -233,7 +329,7 @@ def test_bad_input_one_line_errors(term, tmp_path, capsys) -> None:
 def test_misnamed_notebook_and_locked_gradebook(term, tmp_path, capsys) -> None:
     """A notebook under another name is reported for its student, the rest graded; a locked
     gradebook is waited for, then named in one line (nothing half-written)."""
-    course, _, _ = term
+    course = term[0]
     copy = tmp_path / "course"
     shutil.copytree(course, copy)
     renamed = copy / "submitted" / "renamed" / NB1
@@ -268,7 +364,7 @@ def test_late_penalty_and_init_again(term, tmp_path, capsys) -> None:
     on a course with grades keeps them."""
     from nbgrader.api import Gradebook
 
-    course, _, _ = term
+    course = term[0]
     copy = tmp_path / "course"
     shutil.copytree(course, copy)
     with open(copy / "nbgrader_config.py", "a") as f:
@@ -309,7 +405,7 @@ def test_bad_timestamp_and_a_failing_write_stay_with_their_submission(term, tmp_
 
     import grader.instructor.grade as grade_mod
 
-    course, _, _ = term
+    course = term[0]
     copy = tmp_path / "course"
     shutil.copytree(course, copy)
     for student in ("badtime", "boom"):
@@ -376,7 +472,7 @@ def test_killed_run_continues(term, tmp_path, capsys) -> None:
     the next run grades only what was left."""
     import re
 
-    course, _, _ = term
+    course = term[0]
     copy = tmp_path / "course"
     shutil.copytree(course, copy)
     for marker in (copy / ".tfcourse" / "graded").glob(f"*/{NB1}.json"):
@@ -404,11 +500,16 @@ def test_manual_score_survives_a_second_grade_run(term, capsys) -> None:
     """Runs last (it changes the course): a score given in formgrader is never overwritten."""
     from nbgrader.api import Gradebook
 
-    course, _, _ = term
+    course, env = term[0], term[2]
+    if not (course / "feedback" / "full" / NB1).exists():  # run alone: test_feedback_holds_our_messages' step
+        _nbgrader(course, env, "generate_feedback", NB1)
     url = f"sqlite:///{course / 'gradebook.db'}"
     with Gradebook(url, "tfcourse") as gb:
         grade = gb.find_grade("test_softmax", NB1, NB1, "hostile")
         grade.manual_score = 1.5
+        # full's cell as an earlier grading left it (0 points), raised by hand to 1 in formgrader
+        earlier = gb.find_grade("test_softmax", NB1, NB1, "full")
+        earlier.auto_score, earlier.manual_score = 0, 1
         gb.db.commit()
     marker = course / ".tfcourse" / "graded" / "hostile" / f"{NB1}.json"
     os.utime(marker, (0, 0))
@@ -416,13 +517,21 @@ def test_manual_score_survives_a_second_grade_run(term, capsys) -> None:
     assert rc == 0 and "3 submission(s) to grade" in out, out
     # the line says what the gradebook holds, manual score included
     assert f"graded hostile/{NB1}: automatic score 8/10; gradebook total 9.5/10" in out, out
-    assert f"graded full/{NB1}: automatic score 10/10\n" in out, out
+    assert f"graded partial/{NB1}: automatic score 8/10\n" in out, out
+    # the regrade gives full 2 points automatically: the manual 1 now hides them
+    assert (f"review: full/{NB1} test_softmax: the manual score 1 overrides the new automatic score 2 "
+            "(was 0): resolve it in formgrader") in out, out
+    assert "review: hostile" not in out, out  # a manual score above the automatic one is the point
+    # the feedback generated by test_feedback_holds_our_messages no longer matches
+    assert (f"feedback generated earlier is stale for {NB1} (full, hostile, partial): run "
+            f"`nbgrader generate_feedback {NB1} --force`") in out, out
     assert marker.stat().st_mtime > 0  # graded again
     with Gradebook(url, "tfcourse") as gb:
         grade = gb.find_grade("test_softmax", NB1, NB1, "hostile")
         assert (grade.manual_score, grade.auto_score, grade.score) == (1.5, 0, 1.5)
         assert grade.needs_manual_grade  # as nbgrader marks a cell with a manual score
         assert gb.find_submission(NB1, "hostile").score == 9.5
+        assert gb.find_grade("test_softmax", NB1, NB1, "full").auto_score == 2
 
 
 # --------------------------------------------------------------------------------------------

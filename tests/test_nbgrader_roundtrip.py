@@ -58,11 +58,13 @@ def _nbgrader_configurables() -> dict[str, type]:
     import nbgrader.apps as apps
     import nbgrader.coursedir
     import nbgrader.exchange
+    import nbgrader.exchange.default
     import nbgrader.preprocessors as pre
     from traitlets.config import Configurable
 
     classes: dict[str, type] = {}
-    for module in (apps, pre, nbgrader.coursedir, nbgrader.exchange):
+    # the default (filesystem) exchange last: its Exchange, a subclass of the abstract one, has root
+    for module in (apps, pre, nbgrader.coursedir, nbgrader.exchange, nbgrader.exchange.default):
         for obj in vars(module).values():
             if isinstance(obj, type) and issubclass(obj, Configurable):
                 classes[obj.__name__] = obj

@@ -7,6 +7,7 @@ submissions could not be graded: one line per student on stderr); 2 usage error;
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -14,13 +15,15 @@ from pathlib import Path
 from ..cases import DEFAULT_SEED
 from ..isolation.runner import Limits
 from . import InstructorError
+from .learner_env import TORCH_CPU_INDEX
 
 DESCRIPTION = """\
 Run this course on nbgrader, graded by the sandboxed grader. docs/instructor.md walks a term:
 
   init COURSE_DIR          source/ from solutions/, release/ by nbgrader generate_assignment
   grade COURSE_DIR         submitted/* graded by our grader, scores into nbgrader's gradebook
-  learner-env --through N  a wheel for the learners' kernels: no grader, reference up to N
+  learner-env --for N      a wheel for the learners' kernels opening notebook N: no grader,
+                           the reference of the notebooks before N (or --through N: up to N)
 """
 
 
@@ -35,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated notebooks, e.g. 01_attention,02_multi_head_attention (default: all)")
     i.add_argument("--course-id", help="nbgrader course_id written into a new nbgrader_config.py "
                                        "(default: tfcourse)")
+    i.add_argument("--exchange", metavar="DIR",
+                   help="nbgrader's exchange folder written into a new nbgrader_config.py and created "
+                        "if missing (default: nbgrader's /usr/local/share/nbgrader/exchange)")
     g = sub.add_parser("grade", help="grade submitted/ into nbgrader's gradebook")
     g.add_argument("course", type=Path, metavar="COURSE_DIR")
     g.add_argument("--assignment", metavar="A", help="grade this assignment only (default: all)")
@@ -53,11 +59,50 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--lock-wait", type=float, default=60, metavar="SECONDS",
                    help="how long to retry while the gradebook is locked (default: 60)")
     e = sub.add_parser("learner-env", help="build what to install in the learners' kernels")
-    e.add_argument("--through", required=True, metavar="NN_topic",
-                   help="the last notebook whose reference code the learners may have, e.g. 01_attention")
+    which = e.add_mutually_exclusive_group(required=True)
+    which.add_argument("--for", dest="opening", metavar="NN_topic",
+                       help="the notebook the learners open next, e.g. 05_feed_forward: the reference of "
+                            "every notebook before it (its imports cell needs them), not its own")
+    which.add_argument("--through", metavar="NN_topic",
+                       help="the last notebook whose reference code the learners may have, e.g. 01_attention")
     e.add_argument("--out", type=Path, default=Path("dist"), help="output folder (default: dist/)")
     e.add_argument("--folder", action="store_true", help="write a tfcourse/ folder instead of a wheel")
+    e.add_argument("--download", action="store_true",
+                   help="also download every dependency's wheel into --out, for an offline "
+                        "`pip install --no-index --find-links OUT` (pip's own index or mirror)")
+    e.add_argument("--torch-index", default=TORCH_CPU_INDEX, metavar="URL",
+                   help="with --download: where torch (at requirements.txt's pin) comes from, e.g. your "
+                        f"mirror of it; 'none' leaves torch out (default: {TORCH_CPU_INDEX})")
     return p
+
+
+def _learner_env(args, parser) -> int:
+    from .course import course_notebooks
+    from .learner_env import build, download, opens
+
+    if args.download and args.folder:
+        parser.error("--download goes with a wheel, not --folder")
+    path = build(args.through, args.out, folder=args.folder, opening=args.opening)
+    print(path)
+    from .learner_env import INFO
+
+    info = path / INFO if args.folder else None
+    keep = json.loads(info.read_text())["reference"] if info else None
+    if keep is None:
+        import zipfile
+
+        with zipfile.ZipFile(path) as whl:
+            keep = json.loads(next(whl.read(n) for n in whl.namelist() if n.endswith(f"/{INFO}")))["reference"]
+    works = opens(keep, course_notebooks())
+    print(f"reference of {', '.join(keep)}; opens notebooks {', '.join(n.split('_', 1)[0] for n in works)} "
+          f"(a notebook's imports cell needs earlier notebooks' reference)")
+    if args.download:
+        index = None if args.torch_index.lower() == "none" else args.torch_index
+        for command in download(path, args.out, torch_index=index):
+            print(f"ran pip {command}")
+        print(f"offline install: pip install --no-index --find-links {args.out} "
+              f"{'torch ' if index else ''}{path.name.split('-')[0]}=={path.name.split('-')[1]}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,12 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "init":
             from .course import init
 
-            return init(args.course, args.assignments, args.course_id)
+            return init(args.course, args.assignments, args.course_id, exchange=args.exchange)
         if args.command == "learner-env":
-            from .learner_env import build
-
-            print(build(args.through, args.out, folder=args.folder))
-            return 0
+            return _learner_env(args, parser)
         if args.jobs < 1 or args.timeout <= 0 or (args.memory is not None and args.memory < 0):
             parser.error("--jobs, --timeout must be positive; --memory must be >= 0")
         from tfcourse.device import get_device

@@ -84,28 +84,76 @@ def existing_assignments(course: Path) -> list[str] | None:
         return [a.name for a in gb.assignments]
 
 
-def write_config(course: Path, course_id: str | None) -> str:
+DEFAULT_EXCHANGE = "/usr/local/share/nbgrader/exchange"  # nbgrader's own default for Exchange.root
+
+
+def _set_line(text: str, old: str, new: str) -> str:
+    if old not in text:
+        raise InstructorError(f"{CONFIG_TEMPLATE} no longer has the line {old!r}; please report it")
+    return text.replace(old, new)
+
+
+def write_config(course: Path, course_id: str | None, exchange: str | None = None) -> str:
     """Write the course's nbgrader_config.py unless one is there (the instructor's own edits
-    win); returns what was done, for the log."""
+    win); returns what was done, for the log. It sets the exchange explicitly (``exchange`` or
+    nbgrader's default): ``nbgrader release_assignment`` and formgrader need one that exists."""
     path = course / CONFIG_NAME
     if path.exists():
-        if course_id:
-            cfg = load_config(course)
-            if cfg.CourseDirectory.get("course_id") != course_id:
-                raise InstructorError(f"{path} sets another course_id; edit it there (init never "
-                                      "overwrites an existing nbgrader_config.py)")
+        cfg = load_config(course)
+        if course_id and cfg.CourseDirectory.get("course_id") != course_id:
+            raise InstructorError(f"{path} sets another course_id; edit it there (init never "
+                                  "overwrites an existing nbgrader_config.py)")
+        if exchange and cfg.Exchange.get("root") != str(Path(exchange).absolute()):
+            raise InstructorError(f"{path} sets another exchange (c.Exchange.root); edit it there "
+                                  "(init never overwrites an existing nbgrader_config.py)")
         return f"kept {path}"
     text = CONFIG_TEMPLATE.read_text()
     if course_id:
-        old = 'c.CourseDirectory.course_id = "tfcourse"'
-        if old not in text:
-            raise InstructorError(f"{CONFIG_TEMPLATE} no longer sets course_id as expected; please report it")
-        text = text.replace(old, f"c.CourseDirectory.course_id = {course_id!r}")
+        text = _set_line(text, 'c.CourseDirectory.course_id = "tfcourse"',
+                         f"c.CourseDirectory.course_id = {course_id!r}")
+    if exchange:
+        text = _set_line(text, f'c.Exchange.root = "{DEFAULT_EXCHANGE}"',
+                         f"c.Exchange.root = {str(Path(exchange).absolute())!r}")
     path.write_text(text)
     return f"wrote {path}"
 
 
-def init(course: Path, assignments: str | None, course_id: str | None, log=print) -> int:
+def prepare_exchange(course: Path, create: bool) -> list[str]:
+    """The exchange folder of the course's config, created when ``create`` (``--exchange`` named
+    it) and it is missing (mode 777, as ``nbgrader release_assignment`` creates it; init never
+    creates nbgrader's default system folder by itself); the log lines, a warning with the fix
+    when the folder cannot be used."""
+    cfg = load_config(course)
+    root = cfg.Exchange.get("root")
+    course_id = cfg.CourseDirectory.get("course_id", "")
+    if not root:
+        return [f"warning: {course / CONFIG_NAME} sets no exchange (c.Exchange.root): nbgrader then uses "
+                f"{DEFAULT_EXCHANGE}; add the line `c.Exchange.root = \"{DEFAULT_EXCHANGE}\"` (or another "
+                "folder) so that release, collect and formgrader all use the same one"]
+    folder = Path(root)
+    if not folder.is_dir():
+        try:
+            if not create:
+                raise FileNotFoundError(root)
+            folder.mkdir(parents=True)
+            folder.chmod(0o777)
+        except OSError as exc:
+            why = f"cannot be created here ({type(exc).__name__})" if create else "was not created"
+            return [f"warning: the exchange {folder} does not exist and {why}: create it with "
+                    f"`sudo mkdir -p {folder} && sudo chmod 777 "
+                    f"{folder}` (or `init --exchange DIR` on a new course, which creates it), or set "
+                    f"another folder in {course / CONFIG_NAME} (c.Exchange.root); "
+                    "until then `nbgrader release_assignment` fails and formgrader lists the "
+                    "assignments as draft"]
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        return [f"warning: the exchange {folder} is not writable by you: `sudo chmod 777 {folder}`"]
+    return [f"exchange {folder} (course {course_id}); the learners' nbgrader needs the same two lines "
+            f"(on JupyterHub in /etc/jupyter/nbgrader_config.py): c.Exchange.root = {root!r} and "
+            f"c.CourseDirectory.course_id = {course_id!r}"]
+
+
+def init(course: Path, assignments: str | None, course_id: str | None, log=print,
+         exchange: str | None = None) -> int:
     from ..build import SOLUTIONS
 
     nbgrader_on_path()
@@ -122,7 +170,9 @@ def init(course: Path, assignments: str | None, course_id: str | None, log=print
             f"({', '.join(names) or 'none of the course notebooks'}); add one with "
             f"`python -m grader.instructor init {course} --assignments NAME`")
     course.mkdir(parents=True, exist_ok=True)
-    log(write_config(course, course_id))
+    log(write_config(course, course_id, exchange))
+    for line in prepare_exchange(course, create=bool(exchange)):
+        log(line)
     from nbgrader.apps import NbGraderAPI
 
     coursedir = course_directory(course)
@@ -137,5 +187,6 @@ def init(course: Path, assignments: str | None, course_id: str | None, log=print
             detail = next((line for line in reversed(error) if line.strip()), "unknown error")
             raise InstructorError(f"nbgrader generate_assignment {name} failed: {detail[:300]}")
         log(f"released {coursedir.release_directory}/{name}/{name}.ipynb (nbgrader generate_assignment)")
-    log(f"{course}: {len(names)} assignment(s); gradebook {coursedir.db_url}")
+    log(f"{course}: {len(names)} assignment(s); gradebook {coursedir.db_url}; release one with "
+        f"`cd {course} && nbgrader release_assignment {names[0] if names else 'NAME'}`")
     return 0

@@ -40,6 +40,7 @@ from typing import Any
 
 from . import InstructorError
 from .course import course_directory, course_notebooks, nbgrader_on_path, refuse_checkout
+from .review import RunReport, missing_submissions
 
 MARKER = ".tfcourse-grade.json"  # where markers were kept before: removed from autograded/
 PRIVATE = ".tfcourse"  # in the course directory: never under a folder nbgrader releases from
@@ -165,15 +166,47 @@ def _verdicts(row: dict) -> tuple[dict[str, dict], dict[str, dict], set[str]]:
     return parts, exercises, untouched
 
 
-def _output(part: dict, exercise: dict):
+def part_status(part: dict, exercise: dict) -> str:
+    """The status word of one test cell: "passed" when it got all its points, "failed" when its
+    exercise was judged and this cell lost points (the exercise's other cells may have passed),
+    else the exercise's own reason (error, timeout, not attempted, missing), which holds for all
+    its cells."""
+    if part["passed"] and part["score"] >= part["max_score"]:
+        return "passed"
+    if exercise["status"] in ("passed", "failed"):
+        return "failed"
+    return str(exercise["status"]).replace("_", " ")
+
+
+#: what a learner who imported the course's hidden solutions is told (the grader hides the
+#: graded notebook's reference, whatever the learner environment has)
+HIDDEN_REFERENCE_HINT = (
+    "hint: {module} holds the course's own solutions of this notebook, which the grader hides "
+    "(whether or not your notebook could import them), so an answer built on them gets no points. "
+    "Write the exercise with your own code from this notebook; earlier notebooks' components (the "
+    "imports cell at the top) stay available.")
+
+
+def hidden_reference_note(text: str, notebook: str) -> str:
+    """``text`` with the hint above when it shows a ModuleNotFoundError for the graded notebook's
+    own reference module and says nothing more about it."""
+    from ..build import module_name
+
+    module = f"tfcourse.reference.{module_name(notebook)}"
+    if not notebook or f"No module named '{module}'" not in text or "hint: the grader hides" in text:
+        return text
+    return text.rstrip("\n") + "\n  " + HIDDEN_REFERENCE_HINT.format(module=module)
+
+
+def _output(part: dict, exercise: dict, notebook: str = ""):
     import nbformat
 
     head = (f"tfcourse grader: {part['score']:g} of {part['max_score']:g} points for this test cell "
-            f"({exercise['status']})")
+            f"({part_status(part, exercise)})")
     # the test cell's own verdict where the exercise has several (which of its checks failed);
     # the exercise's when it has one, or was not judged check by check (not attempted, crashed)
     own = part.get("feedback") if len(exercise["parts"]) > 1 else ""
-    text = f"{head}\n{own or exercise['feedback']}".rstrip("\n") + "\n"
+    text = f"{head}\n{hidden_reference_note(own or exercise['feedback'], notebook)}".rstrip("\n") + "\n"
     if part["passed"] and part["score"] >= part["max_score"]:
         return nbformat.v4.new_output("stream", name="stdout", text=text)
     return nbformat.v4.new_output("error", ename="GraderVerdict",
@@ -213,7 +246,7 @@ def autograded_notebook(course: Path, coursedir, job: Job, row: dict):
     for cell in nb.cells:
         gid = (cell.metadata.get("nbgrader") or {}).get("grade_id")
         if cell.cell_type == "code" and gid in parts:
-            cell.outputs = [_output(parts[gid], exercises[gid])]
+            cell.outputs = [_output(parts[gid], exercises[gid], job.assignment)]
     if note:
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(f"**{note}**"))
     return nb
@@ -250,9 +283,12 @@ def submission_timestamp(folder: Path, log=print):
         return None
 
 
-def write_gradebook(gb, coursedir, job: Job, row: dict, log=print) -> tuple[float, float]:
+def write_gradebook(gb, coursedir, job: Job, row: dict, log=print,
+                    overridden: list[str] | None = None) -> tuple[float, float]:
     """The submission's scores in one transaction (committed at the end, rolled back on error);
-    returns the gradebook's (score, max_score) of the submission, manual scores included."""
+    returns the gradebook's (score, max_score) of the submission, manual scores included.
+    ``overridden`` gets one line per test cell whose manual score now hides a higher automatic
+    score that this grading changed (formgrader shows the manual one)."""
     from nbgrader.api import (
         Comment,
         Grade,
@@ -293,7 +329,13 @@ def write_gradebook(gb, coursedir, job: Job, row: dict, log=print) -> tuple[floa
         for snb in submission.notebooks:
             for grade in snb.grades:
                 part = parts.get(grade.name)
+                before = grade.auto_score
                 grade.auto_score = float(part["score"]) if part is not None else None
+                if (overridden is not None and grade.manual_score is not None and grade.auto_score is not None
+                        and grade.auto_score > grade.manual_score and grade.auto_score != before):
+                    overridden.append(f"{job.student}/{job.assignment} {grade.name}: the manual score "
+                                      f"{grade.manual_score:g} overrides the new automatic score "
+                                      f"{grade.auto_score:g} (was {'none' if before is None else f'{before:g}'})")
                 # nbgrader's SaveAutoGrades rule; manual_score itself is never touched
                 grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
             for comment in snb.comments:
@@ -351,16 +393,20 @@ def while_locked(fn, coursedir, *, lock_wait: float, log, what: str):
             time.sleep(1.0)
 
 
-def save(course: Path, coursedir, job: Job, row: dict, *, lock_wait: float, log) -> tuple[float, float]:
+def save(course: Path, coursedir, job: Job, row: dict, *, lock_wait: float, log,
+         overridden: list[str] | None = None) -> tuple[float, float]:
     """Gradebook first (one transaction, retried while locked), then the autograded notebook,
     then the marker: an interruption anywhere leaves the gradebook consistent and the
     submission without a current marker, so the next run grades it again."""
     from nbgrader.api import Gradebook
 
     def write():
+        found: list[str] = []  # a locked try is retried: only the committed one's lines count
         nb = autograded_notebook(course, coursedir, job, row)
         with Gradebook(coursedir.db_url, coursedir.course_id) as gb:
-            total = write_gradebook(gb, coursedir, job, row, log)
+            total = write_gradebook(gb, coursedir, job, row, log, found)
+        if overridden is not None:
+            overridden.extend(found)
         return nb, total
 
     nb, total = while_locked(write, coursedir, lock_wait=lock_wait, log=log,
@@ -423,7 +469,8 @@ def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed:
     todo, skipped, problems = _jobs_to_grade(course, coursedir, ours, seed=seed, student=student,
                                              settings=settings, force=force)
     log(f"{len(todo)} submission(s) to grade, {len(skipped)} already graded (sandbox {isolation.mode})")
-    saved = _saver(course, coursedir, problems, lock_wait=lock_wait, log=log)
+    report = RunReport()
+    saved = _saver(course, coursedir, problems, lock_wait=lock_wait, log=log, report=report)
     client = _connect(scheduler) if scheduler and todo else None
     try:
         # one batch per assignment: grade_batch grades the same notebooks in every submission
@@ -440,6 +487,8 @@ def grade(course: Path, *, assignment: str | None, jobs: int, device: str, seed:
     finally:
         if client is not None:
             client.close()
+    for line in report.lines(course, coursedir, missing_submissions(course, coursedir, ours, student)):
+        log(line)
     for line in problems:
         print(f"grade: not graded: {line}", file=sys.stderr)
     return 1 if problems else 0
@@ -482,15 +531,16 @@ def _jobs_to_grade(course: Path, coursedir, assignments: list[str], *, seed: int
     return [j for j in todo if j not in skipped], skipped, problems
 
 
-def _saver(course: Path, coursedir, problems: list[str], *, lock_wait: float, log):
+def _saver(course: Path, coursedir, problems: list[str], *, lock_wait: float, log, report: RunReport | None = None):
     """What the batches hand each row to (``saved``); a submission that could not be saved goes to
-    ``problems``."""
+    ``problems``, one saved to ``report``."""
     from ..isolation import sandbox
 
     def saved(job: Job, row: dict) -> None:
         """Each submission into the gradebook as soon as its row is back (its own transaction)."""
         try:
-            total, most = save(course, coursedir, job, row, lock_wait=lock_wait, log=log)
+            total, most = save(course, coursedir, job, row, lock_wait=lock_wait, log=log,
+                               overridden=None if report is None else report.overridden)
         except (InstructorError, KeyboardInterrupt, sandbox.SandboxError):
             raise
         except Exception as exc:  # this submission only: its reason, the others saved
@@ -499,10 +549,12 @@ def _saver(course: Path, coursedir, problems: list[str], *, lock_wait: float, lo
                             f"({type(exc).__name__}: {first}); it is not marked as graded: "
                             "fix the cause and run grade again")
             return
-        report = row["notebooks"][0]
+        if report is not None:
+            report.graded.append(job)
+        nb_row = row["notebooks"][0]
         line = (f"graded {job.student}/{job.assignment}: automatic score "
-                f"{report['score']:g}/{report['max_score']:g}")
-        if (total, most) != (float(report["score"]), float(report["max_score"])):
+                f"{nb_row['score']:g}/{nb_row['max_score']:g}")
+        if (total, most) != (float(nb_row["score"]), float(nb_row["max_score"])):
             line += f"; gradebook total {total:g}/{most:g} (manual scores count there)"
         log(line)
 

@@ -26,13 +26,53 @@ from .course import course_notebooks
 INFO = "tfcourse_learner.json"  # in the dist-info / next to the package: what this build holds
 
 
-def _through(through: str, available: list[str]) -> list[str]:
-    name = through.strip().removesuffix(".ipynb")
+#: what the learners' kernels need besides the course's own dependencies: the kernel itself
+#: (`python -m ipykernel install --sys-prefix` registers the environment as a Jupyter kernel)
+KERNEL_REQUIREMENTS = ["ipykernel>=6"]
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def _notebook(option: str, given: str, available: list[str]) -> str:
+    name = given.strip().removesuffix(".ipynb")
     match = [n for n in available if n == name or n.split("_", 1)[0] == name]
     if len(match) != 1:
-        raise InstructorError(f"--through {through!r} is not a course notebook: give one of "
+        raise InstructorError(f"{option} {given!r} is not a course notebook: give one of "
                               f"{', '.join(available)} (or its number, e.g. 01)")
-    return available[: available.index(match[0]) + 1]
+    return match[0]
+
+
+def _through(through: str, available: list[str]) -> list[str]:
+    return available[: available.index(_notebook("--through", through, available)) + 1]
+
+
+def imports_of(notebook: str) -> list[str]:
+    """The notebooks whose reference the imports cell of ``notebook`` imports."""
+    import nbformat
+
+    from ..build import SOLUTIONS, setup_imports
+
+    return setup_imports(nbformat.read(SOLUTIONS / f"{notebook}.ipynb", as_version=4))
+
+
+def reference_for(opening: str, available: list[str]) -> list[str]:
+    """``--for NN``: the reference of every notebook before NN (what NN's imports cell needs, and
+    the earlier exercises), never NN's own."""
+    name = _notebook("--for", opening, available)
+    keep = available[: available.index(name)]
+    needs = imports_of(name)
+    if name in needs:
+        raise InstructorError(f"the imports cell of {name} imports its own reference (the answer key): "
+                              "fix the notebook in solutions/ and run `python -m grader.build`")
+    if not keep:
+        raise InstructorError(f"{name} is the course's first notebook: build with --through {name} once it "
+                              "is due, or hand out the package without any reference (--through is the "
+                              "last notebook whose reference the learners may have)")
+    return keep
+
+
+def opens(keep: list[str], available: list[str]) -> list[str]:
+    """The notebooks whose imports cell works with the reference of ``keep``."""
+    return [n for n in available if set(imports_of(n)) <= set(keep)]
 
 
 def package_files(keep: list[str]) -> dict[str, bytes]:
@@ -74,15 +114,31 @@ def learner_requirements(project: dict) -> list[str]:
     course's requirements.txt (pinned, installed from the CPU or the CUDA index as the hub needs):
     a ranged torch here would let pip replace it with a multi-GB CUDA build from PyPI."""
     return [d for d in project.get("dependencies", [])
-            if re.split(r"[\s<>=!~;\[(]", d.strip(), maxsplit=1)[0].lower() != "torch"]
+            if re.split(r"[\s<>=!~;\[(]", d.strip(), maxsplit=1)[0].lower() != "torch"] + KERNEL_REQUIREMENTS
+
+
+def torch_requirement() -> str:
+    """The course's torch pin (requirements.txt), e.g. ``torch==2.13.0``."""
+    from ..build import ROOT
+
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        if re.match(r"torch\s*==", line.strip()):
+            return line.split("#", 1)[0].strip().replace(" ", "")
+    raise InstructorError("requirements.txt pins no torch (torch==X.Y.Z): please report it")
 
 
 def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def build(through: str, out: Path, *, folder: bool = False) -> Path:
-    keep = _through(through, course_notebooks())
+def build(through: str | None, out: Path, *, folder: bool = False, opening: str | None = None) -> Path:
+    """The wheel (or folder) with the reference of the notebooks through ``through``, or of those
+    before ``opening`` (``--for``: exactly one of the two)."""
+    available = course_notebooks()
+    if (through is None) == (opening is None):
+        raise InstructorError("give --for NN (the notebook the learners open next) or --through NN "
+                              "(the last notebook whose reference they may have), not both")
+    keep = _through(through, available) if through else reference_for(opening or "", available)
     files = package_files(keep)
     info = json.dumps({"through": keep[-1], "reference": keep, "grader": False}, indent=1) + "\n"
     out.mkdir(parents=True, exist_ok=True)
@@ -118,3 +174,27 @@ def build(through: str, out: Path, *, folder: bool = False) -> Path:
             whl.writestr(zipfile.ZipInfo(rel, date_time=(2020, 1, 1, 0, 0, 0)), data,
                          compress_type=zipfile.ZIP_DEFLATED)
     return path
+
+
+def download(wheel: Path, out: Path, *, torch_index: str | None, run=None) -> list[str]:
+    """Everything an offline ``pip install --no-index --find-links OUT`` needs, into ``out``: the
+    wheel's dependencies (pip's own index or mirror: your pip configuration, PIP_INDEX_URL), and
+    torch at the course's pin from ``torch_index`` (None: leave torch out, the kernels have one).
+    Returns the pip commands run; a one-line error when pip fails."""
+    import subprocess
+    import sys
+
+    run = run or (lambda cmd: subprocess.run(cmd, capture_output=True, text=True))
+    pip = [sys.executable, "-m", "pip", "download", "--dest", str(out), "--only-binary=:all:"]
+    commands = [pip + [str(wheel)]]
+    if torch_index:
+        commands.append(pip + [torch_requirement(), "--index-url", torch_index])
+    for cmd in commands:
+        proc = run(cmd)
+        if proc.returncode != 0:
+            lines = [line for line in (proc.stderr or proc.stdout or "").splitlines() if line.strip()]
+            detail = next((line for line in reversed(lines) if "ERROR" in line), lines[-1] if lines else "")
+            raise InstructorError(f"`{' '.join(cmd[2:])}` failed ({detail.strip()[:300]}): check the index "
+                                  "(pip's configuration or PIP_INDEX_URL for a mirror; --torch-index for "
+                                  "torch), or leave torch out with --torch-index none")
+    return [" ".join(cmd[2:]) for cmd in commands]

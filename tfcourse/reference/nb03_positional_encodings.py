@@ -92,7 +92,10 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 def apply_rope_interleaved(x: torch.Tensor, positions: torch.Tensor,
                            base: float = 10000.0) -> torch.Tensor:
-    """RoPE with the interleaved pairing (2i, 2i+1): GPT-J, Meta's Llama code, GGUF files.
+    """RoPE with the interleaved pairing (2i, 2i+1): GPT-J, Meta's Llama code, Llama GGUF files.
+
+    (llama.cpp stores Llama-architecture q/k rows interleaved; Qwen2/3, Gemma, Phi-2/3 and OLMo2
+    GGUF files stay in rotate-half order.)
 
     angle_i = positions * base^(-2i/Dh); out[2i] = x[2i] cos - x[2i+1] sin,
     out[2i+1] = x[2i] sin + x[2i+1] cos. x: (B, H, T, Dh), Dh even; positions: integer (T,) or

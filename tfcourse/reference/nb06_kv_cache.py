@@ -18,7 +18,7 @@ from torch import nn
 
 # Notebooks 01, 03, 04 and 05, from the course's reference solutions (not from your notebooks, so
 # this notebook works while those are unfinished):
-# causal_mask(t_q, t_k=None) -> (T, S) bool, bottom-right aligned, True = may attend;
+# causal_mask(t_q, t_k=None, *, device=None) -> (T, S) bool, bottom-right aligned, True = may attend;
 # scaled_dot_product_attention(q, k, v, mask=None) -> (out, weights), scores divided by sqrt(Dh);
 # rope_cos_sin(positions, head_dim, base=10000.0) -> (cos, sin), each (T, Dh) float32, rotate-half;
 # apply_rope(x, cos, sin): x (B, H, T, Dh) rotated at the tables' positions -> (B, H, T, Dh);
@@ -241,8 +241,8 @@ def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, seq_len: i
 
 def apply_repetition_penalty(logits: torch.Tensor, input_ids: torch.Tensor,
                              penalty: float) -> torch.Tensor:
-    """CTRL's repetition penalty (Keskar et al. 2019), as Hugging Face's
-    RepetitionPenaltyLogitsProcessor applies it.
+    """CTRL's repetition penalty (Keskar et al. 2019) with Hugging Face's sign-aware change
+    (RepetitionPenaltyLogitsProcessor; CTRL divides every seen logit by the penalty).
 
     logits: (B, V); input_ids: (B, T) int64, the tokens so far. For every token id present in
     input_ids[b] (once, however often it repeats), a positive logit is divided by penalty and a

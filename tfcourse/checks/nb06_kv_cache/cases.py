@@ -264,12 +264,18 @@ def judge_chunks(j: Judge, got: list[torch.Tensor], full: torch.Tensor, chunks: 
     at = 0
     for i, (t, out) in enumerate(zip(chunks, got, strict=False)):
         rows = full[:, at: at + t]
-        where = "the prefill" if i == 0 else f"call {i + 1} ({t} new token{'s' if t > 1 else ''} after {at} cached)"
+        if len(chunks) == 1:
+            where = f"the whole sequence ({t} token{'s' if t > 1 else ''}, no cache)"
+        elif i == 0:
+            where = "the prefill"
+        else:
+            where = f"call {i + 1} ({t} new token{'s' if t > 1 else ''} after {at} cached)"
         j.require(tuple(out.shape) == tuple(rows.shape), f"{what} of {where} has shape {tuple(out.shape)}; "
                   f"expected {tuple(rows.shape)}", hint=j.mistake_hint(0, check_shape_only=True))
         j.require(out.dtype == dtype, f"{what} of {where} is {fmt_dtype(out.dtype)}; expected {fmt_dtype(dtype)}")
         j.close(out, rows, name=f"{what} of {where}", atol=atol, rtol=rtol,
-                oracle=f"rows {at}..{at + t - 1} without a cache")
+                oracle="the same computation in plain torch" if len(chunks) == 1
+                else f"rows {at}..{at + t - 1} without a cache")
         at += t
 
 

@@ -145,7 +145,7 @@ def _sampling_errors() -> Case:
                 j.fail(f"{what}: {did}; expected ValueError", hint=HINTS["sample_errors"])
 
     return make_case("sample_next_token", "ValueError for temperature < 0, top_k < 1, top_p outside (0, 1]", calls,
-                     judge)
+                     judge, part="validation")
 
 
 # Logits chosen so that no two are tied at a top-k boundary and no cumulative mass lies within
@@ -154,7 +154,7 @@ ROW_A = torch.tensor([1.2, -0.3, 2.1, 0.4, -1.5, 1.7, 0.0, -0.8], dtype=torch.fl
 ROW_B = torch.tensor([0.1, 0.9, -0.4, 1.6, 0.6, -1.1, 1.3, -0.2], dtype=torch.float64)
 
 
-@NOTEBOOK.exercise("sample_next_token", parts=("core", "filters"))
+@NOTEBOOK.exercise("sample_next_token", parts=("core", "filters", "validation"))
 def _sampling_cases() -> list[Case]:
     """Check ``sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None)``.
 
@@ -348,10 +348,10 @@ def _bytes_errors() -> Case:
                 did = f"raised {o.error_line()}" if o.kind == "error" else "raised nothing"
                 j.fail(f"kv_cache_bytes{args}: {did}; expected ValueError", hint=HINTS["kv_negative"])
 
-    return make_case("kv_cache_bytes", "ValueError for a negative argument", calls, judge)
+    return make_case("kv_cache_bytes", "ValueError for a negative argument", calls, judge, part="validation")
 
 
-@NOTEBOOK.exercise("kv_cache_bytes")
+@NOTEBOOK.exercise("kv_cache_bytes", parts=("core", "validation"))
 def _bytes_cases() -> list[Case]:
     """Check ``kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1,
     bytes_per_element=2)`` = 2·L·G·Dh·S·B·bytes (a Python int)."""

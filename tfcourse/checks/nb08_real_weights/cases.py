@@ -217,7 +217,7 @@ def decoder_errors_case(seed: int = 5) -> Case:
     return errors_case("load_decoder_weights", calls,
                        [("blk.1.ffn_up", "blocks.1.ffn.up_proj"), ("output_norm", "final_norm"), ("output", "lm_head")],
                        ["a file without blk.1.ffn_up.weight", "output_norm.weight one row short",
-                        "an untied model and a file without output.weight"])
+                        "an untied model and a file without output.weight"], part="validation")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,7 +287,8 @@ def encoder_errors_case(seed: int = 6) -> Case:
                        [("encoder.layer.1.output.dense", "blocks.1.ffn.down_proj"),
                         ("token_type_embeddings", "type_emb")],
                        ["a file without encoder.layer.1.output.dense.weight",
-                        "a 'bert.'-prefixed file whose token_type_embeddings has one row too few"])
+                        "a 'bert.'-prefixed file whose token_type_embeddings has one row too few"],
+                       part="validation")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,10 +330,11 @@ def pool_errors_case() -> Case:
                       "ValueError", hint="compare hidden.shape[:2] with attention_mask.shape and raise ValueError "
                       "when they differ (broadcasting would hide the mistake)")
 
-    return make_case("mean_pool", "ValueError when attention_mask's shape is not hidden's (B, T)", calls, judge)
+    return make_case("mean_pool", "ValueError when attention_mask's shape is not hidden's (B, T)", calls, judge,
+                     part="validation")
 
 
-@NOTEBOOK.exercise("load_decoder_weights", parts=("core", "real"))
+@NOTEBOOK.exercise("load_decoder_weights", parts=("core", "real", "validation"))
 def _load_decoder_weights_cases() -> list[Case]:
     """Check ``load_decoder_weights(model, gguf_path) -> model``.
 
@@ -345,7 +347,7 @@ def _load_decoder_weights_cases() -> list[Case]:
             decoder_errors_case(), real_decoder_case()]
 
 
-@NOTEBOOK.exercise("load_encoder_weights", parts=("core", "real"))
+@NOTEBOOK.exercise("load_encoder_weights", parts=("core", "real", "validation"))
 def _load_encoder_weights_cases() -> list[Case]:
     """Check ``load_encoder_weights(model, safetensors_path) -> model``.
 
@@ -359,7 +361,7 @@ def _load_encoder_weights_cases() -> list[Case]:
             encoder_errors_case(), real_encoder_case()]
 
 
-@NOTEBOOK.exercise("mean_pool")
+@NOTEBOOK.exercise("mean_pool", parts=("core", "validation"))
 def _mean_pool_cases() -> list[Case]:
     """Check ``mean_pool(hidden, attention_mask) -> (B, D)``: the mean over real tokens, hidden's dtype."""
     return [pool_case(31, 3, 6, 5, [6, 2, 4], torch.float64, torch.bool),

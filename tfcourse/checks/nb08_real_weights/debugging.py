@@ -81,7 +81,7 @@ def divergence_errors_case() -> Case:
                   "; expected ValueError", hint=HINTS["no_count_check"])
 
     return make_case("first_divergent_layer", "ValueError when the models have different numbers of blocks", [call],
-                     judge, part="edges")
+                     judge, part="validation")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,7 +125,7 @@ def rollout_empty_case() -> Case:
     return make_case("attention_rollout", "ValueError for an empty list", [Call("attention_rollout", ([],))], judge)
 
 
-@NOTEBOOK.exercise("first_divergent_layer", parts=("core", "edges"))
+@NOTEBOOK.exercise("first_divergent_layer", parts=("core", "edges", "validation"))
 def _first_divergent_layer_cases() -> list[Case]:
     """Check ``first_divergent_layer(model_a, model_b, input_ids, atol=1e-4) -> int | None``.
 

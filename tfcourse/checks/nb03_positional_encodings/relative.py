@@ -65,8 +65,8 @@ def bucket_oracle(rel: torch.Tensor, bidirectional: bool = True, num_buckets: in
 # ---------------------------------------------------------------------------------------------
 @NOTEBOOK.exercise("alibi_slopes", parts=("core", "other_head_counts", "validation"))
 def _slopes_cases() -> list[Case]:
-    """Check ``alibi_slopes(num_heads)`` against Press et al.'s code: part "core" (powers of two) or
-    "other_head_counts" (6, 12, 20 heads, and ValueError for 0); None checks both."""
+    """Check ``alibi_slopes(num_heads)`` against Press et al.'s code: part "core" (powers of two),
+    "other_head_counts" (6, 12, 20 heads) or "validation" (ValueError for 0); None checks all."""
     name = "alibi_slopes"
 
     def slopes(counts: Sequence[int]):

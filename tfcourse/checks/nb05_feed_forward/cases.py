@@ -174,9 +174,9 @@ def _gelu_case(title: str, x: torch.Tensor, approximate: str | None, seed: int |
 def _gelu_cases() -> list[Case]:
     """Check ``gelu(x, approximate="none")`` against F.gelu.
 
-    part: "core" (the exact form, float32/float64) or "tanh" (the tanh form, float16/bfloat16 for
-    both forms, and the ValueError for another `approximate`), the two test cells that score it;
-    None checks both."""
+    part: "core" (the exact form, float32/float64), "tanh" (the tanh form, float16/bfloat16 for
+    both forms) or "validation" (the ValueError for another `approximate`), the three test cells
+    that score it; None checks all."""
     x = gelu_inputs()
     cases = [
         _gelu_case("exact form (default approximate), float64, x from -8 to 8 and tiny values: matches F.gelu",

@@ -348,7 +348,8 @@ def _attention_cases() -> list[Case]:
     """Check ``CausalSelfAttention(d_model, num_heads, rope_theta=10000.0)``.
 
     part: "core" (no cache: SDPA with RoPE and a causal mask, float64/float32) or "cache" (prefill,
-    one-token steps and chunks == the no-cache rows; cache.k holds the rotated keys); None: both."""
+    one-token steps and chunks == the no-cache rows; cache.k holds the rotated keys) or "validation"
+    (the ValueError for d_model % num_heads); None: all."""
     f64, f32 = torch.float64, torch.float32
     return [
         _attn_full_case("no cache, (B, T, D) = (2, 7, 16), H = 4, float64: matches SDPA with RoPE at positions "
@@ -454,7 +455,8 @@ def _lm_caches_error(seed: int) -> Case:
 @NOTEBOOK.exercise("DecoderLM", parts=("core", "cache_and_tied", "validation"))
 def _lm_cases() -> list[Case]:
     """Check ``DecoderLM(vocab_size, d_model, num_layers, num_heads, d_ff, rope_theta=10000.0,
-    tie_embeddings=False)``. part: "core" (no cache) or "cache_and_tied"; None: both."""
+    tie_embeddings=False)``. part: "core" (no cache), "cache_and_tied" or "validation" (the ValueError for
+    len(caches)); None: all."""
     return [
         _lm_case("no cache, V = 13, D = 16, L = 2, H = 2, (B, T) = (2, 6), float64: logits match the "
                  "embedding -> blocks -> final RMSNorm -> lm_head stack", 6301),

@@ -158,8 +158,8 @@ ROW_B = torch.tensor([0.1, 0.9, -0.4, 1.6, 0.6, -1.1, 1.3, -0.2], dtype=torch.fl
 def _sampling_cases() -> list[Case]:
     """Check ``sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None)``.
 
-    part: "core" (greedy, temperature, the generator, errors) or "filters" (top-k, top-p); None:
-    both. Sampling is judged statistically (20 000 draws per row, tolerance in the message)."""
+    part: "core" (greedy, temperature, the generator), "filters" (top-k, top-p) or "validation"
+    (the ValueErrors); None: all. Sampling is judged statistically (20 000 draws per row, tolerance in the message)."""
     both = torch.stack((ROW_A, ROW_B))
     return [
         _greedy_case("temperature 0 is greedy: argmax of every row (float32), never a division by zero", 6401,

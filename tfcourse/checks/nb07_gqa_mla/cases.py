@@ -302,7 +302,7 @@ def _gqa_cases() -> list[Case]:
     """Check ``GroupedQueryAttention(d_model, num_heads, num_kv_heads, head_dim=None, rope_theta=10000.0)``.
 
     part: "core" (no cache: G = H, G = 1, 1 < G < H, a given head_dim) or "cache" (a KVCache holding
-    the G rotated KV heads; cached == uncached); None: both."""
+    the G rotated KV heads; cached == uncached) or "validation" (the ValueErrors); None: all."""
     f64, f32 = torch.float64, torch.float32
     return [
         _gqa_case("no cache, (B, T, D) = (2, 6, 16), H = 4, G = 2, float64: matches SDPA with enable_gqa=True, RoPE "

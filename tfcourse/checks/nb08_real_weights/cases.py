@@ -339,8 +339,8 @@ def _load_decoder_weights_cases() -> list[Case]:
     """Check ``load_decoder_weights(model, gguf_path) -> model``.
 
     part: "core" (tiny GGUF files written here: parameters, tie, logits vs transformers'
-    LlamaForCausalLM, the ValueErrors) or "real" (the packaged SmolLM2 file's logits vs
-    transformers' own GGUF conversion, atol 1e-4); None: both."""
+    LlamaForCausalLM), "real" (the packaged SmolLM2 file's logits vs transformers' own GGUF
+    conversion, atol 1e-4) or "validation" (the ValueErrors naming the tensor); None: all."""
     return [decoder_case("tied", 1, torch.tensor([[3, 14, 15, 9, 26, 5], [2, 7, 1, 8, 28, 18]])),
             decoder_case("untied", 2, torch.tensor([[1, 4, 1, 42, 13, 5, 6]])),
             decoder_case("tied", 7, torch.tensor([[5, 3, 8, 1]]), quantized=False, dtype=torch.float64),
@@ -351,8 +351,9 @@ def _load_decoder_weights_cases() -> list[Case]:
 def _load_encoder_weights_cases() -> list[Case]:
     """Check ``load_encoder_weights(model, safetensors_path) -> model``.
 
-    part: "core" (tiny BERT files, with and without the "bert." prefix, the ValueErrors) or "real"
-    (the packaged MiniLM vs transformers' BertModel, atol 1e-5 on real tokens); None: both."""
+    part: "core" (tiny BERT files, with and without the "bert." prefix), "real" (the packaged
+    MiniLM vs transformers' BertModel, atol 1e-5 on real tokens) or "validation" (the ValueErrors
+    naming the tensor); None: all."""
     ids = torch.tensor([[2, 9, 33, 4, 17, 3, 1], [2, 44, 12, 3, 0, 0, 0]])
     mask = torch.tensor([[1] * 7, [1, 1, 1, 1, 0, 0, 0]])
     types = torch.tensor([[0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 0, 0, 0]])

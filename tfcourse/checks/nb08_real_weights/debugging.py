@@ -130,8 +130,8 @@ def _first_divergent_layer_cases() -> list[Case]:
     """Check ``first_divergent_layer(model_a, model_b, input_ids, atol=1e-4) -> int | None``.
 
     part: "core" (bugs at known blocks, equal models, differences below atol, only atol decides)
-    or "edges" (NaN, a bug after the last block, a bug in the embedding, models left as found,
-    ValueError); None: both."""
+    , "edges" (NaN, a bug after the last block, a bug in the embedding, models left as found) or
+    "validation" (the ValueError for different block counts); None: all."""
     return [
         divergence_case("a perturbed FFN at block 1 of 4 (both sequences differ from there on)", 1,
                         {"bug": "ffn", "layer": 1, "size": 0.5}),

@@ -504,8 +504,8 @@ def test_each_test_cell_of_an_exercise_gets_its_own_message(tmp_path):
     nbformat.write(nb, tmp_path / "05_feed_forward.ipynb")
     row = grade_submission(tmp_path, notebooks=["05_feed_forward"])
     (ex,) = [e for e in row["notebooks"][0]["exercises"] if e["exercise"] == "gelu"]
-    core, tanh = ex["parts"]
-    assert ex["status"] == "failed" and core["passed"] and not tanh["passed"], ex
+    core, tanh, validation = ex["parts"]
+    assert ex["status"] == "failed" and core["passed"] and not tanh["passed"] and validation["passed"], ex
     assert core["feedback"].startswith(f"✓ {core['test_cell']}: all ") and "✗" not in core["feedback"]
     assert tanh["feedback"].startswith("✗") and "checks of this test cell passed" in tanh["feedback"]
     assert "tanh" in tanh["feedback"], tanh["feedback"]

@@ -41,7 +41,7 @@ __all__ = ["HIDDEN", "cases", "hidden_cases"]
 HIDDEN = HiddenCases(NOTEBOOK)
 
 
-def _hidden(exercise: str, title: str, calls: list[Call], seed: int, known=None) -> Case:
+def _hidden(exercise: str, title: str, calls: list[Call], seed: int, known=None, part: str | None = None) -> Case:
     def judge(j: Judge) -> None:
         j.match_reference()
 
@@ -49,7 +49,7 @@ def _hidden(exercise: str, title: str, calls: list[Call], seed: int, known=None)
     masked = exercise == "MultiHeadAttention" and any(
         c.forward_kwargs.get("mask") is not None or c.forward_kwargs.get("context") is not None for c in calls)
     return Case(exercise, title, calls, wrapped, seed=seed, reference=True, mistakes=MISTAKES[exercise],
-                hidden=True, part="cross_and_masks" if masked else "core")
+                hidden=True, part=part or ("cross_and_masks" if masked else "core"))
 
 
 @HIDDEN.exercise("split_heads")
@@ -66,7 +66,7 @@ def _split(seed: int) -> list[Case]:
         s = seed * 1000 + 500 + i
         x = torch.randn(b, t, d, generator=make_generator(s), dtype=dtype)
         out.append(_hidden("split_heads", f"hidden case {i + 1}: matches the reference",
-                           [Call("split_heads", (x, h))], s))
+                           [Call("split_heads", (x, h))], s, part="validation" if d % h else None))
     return out
 
 

@@ -71,7 +71,7 @@ def _sinusoidal(seed: int) -> list[Case]:
         kwargs = {} if base is None else {"base": base}
         out.append(_oracle_case(name, f"T = {t}, D = {d}, base = {base or 10000.0:g}", Call(name, (t, d), kwargs),
                                 seed, [sinusoid64(t, d, base or 10000.0)], angle_atol(max_angle(t))))
-    out.append(_hidden(name, "d_model = 1 raises ValueError", [Call(name, (3, 1))], seed))
+    out.append(_hidden(name, "d_model = 1 raises ValueError", [Call(name, (3, 1))], seed, part="validation"))
     return out
 
 
@@ -93,7 +93,8 @@ def _rope_cos_sin(seed: int) -> list[Case]:
                                 Call(name, (positions, dh), kwargs), seed * 1000 + 200 + i,
                                 list(rope_tables64(positions, dh, base or 10000.0)),
                                 angle_atol(max_angle(positions)), names=names))
-    out.append(_hidden(name, "head_dim = 5 raises ValueError", [Call(name, (torch.arange(4), 5))], seed))
+    out.append(_hidden(name, "head_dim = 5 raises ValueError", [Call(name, (torch.arange(4), 5))], seed,
+                       part="validation"))
     return out
 
 
@@ -185,9 +186,9 @@ def _permute(seed: int) -> list[Case]:
         out.append(_hidden(name, f"H = {heads}, Dh = {dh}, D = {d}, {str(dtype).removeprefix('torch.')}",
                            [Call(name, (w, heads))], s, atol=0.0, rtol=0.0))
     out.append(_hidden(name, "12 rows, num_heads = 5 raises ValueError",
-                       [Call(name, (torch.zeros(12, 4), 5))], seed))
+                       [Call(name, (torch.zeros(12, 4), 5))], seed, part="validation"))
     out.append(_hidden(name, "10 rows, num_heads = 2 (Dh = 5) raises ValueError",
-                       [Call(name, (torch.zeros(10, 4), 2))], seed))
+                       [Call(name, (torch.zeros(10, 4), 2))], seed, part="validation"))
     return out
 
 
@@ -196,7 +197,7 @@ def _slopes(seed: int) -> list[Case]:
     name = "alibi_slopes"
     out = [_hidden(name, f"H = {h}", [Call(name, (h,))], seed) for h in (1, 32, 64)]
     out += [_hidden(name, f"H = {h}", [Call(name, (h,))], seed, part="other_head_counts") for h in (3, 5, 24, 40)]
-    out.append(_hidden(name, "H = -1 raises ValueError", [Call(name, (-1,))], seed, part="other_head_counts"))
+    out.append(_hidden(name, "H = -1 raises ValueError", [Call(name, (-1,))], seed, part="validation"))
     return out
 
 

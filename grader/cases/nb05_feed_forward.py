@@ -99,7 +99,8 @@ def _gelu(seed: int) -> list[Case]:
                                part="core" if form == "none" else "tanh"))
     s = seed * 1000 + 150
     out.append(_hidden("gelu", 'approximate="exact" raises ValueError',
-                       [Call("gelu", (_randn(make_generator(s), 3),), {"approximate": "exact"})], s, part="tanh"))
+                       [Call("gelu", (_randn(make_generator(s), 3),), {"approximate": "exact"})], s,
+                       part="validation"))
     for i, dtype in enumerate(HALF_DTYPES):
         for k, form in enumerate(("none", "tanh")):
             s = seed * 1000 + 160 + 10 * i + k
@@ -181,7 +182,7 @@ def _hidden_dim(seed: int) -> list[Case]:
                                     hidden_dim_call(*args, **kwargs), seed * 1000 + 400 + i))
     s = seed * 1000 + 450
     out.append(_hidden("swiglu_hidden_dim", "d_model -1 and multiple_of -256 raise ValueError",
-                       [hidden_dim_call(-1), hidden_dim_call(4096, multiple_of=-256)], s))
+                       [hidden_dim_call(-1), hidden_dim_call(4096, multiple_of=-256)], s, part="validation"))
     return out
 
 
@@ -216,7 +217,7 @@ def _moe(seed: int) -> list[Case]:
                          "gate.weight's gradient matches the reference", moe_grad_call(x, state, 16, 6, 2), s))
     s = seed * 1000 + 600
     out.append(_hidden("MoE", "MoE(8, 16, num_experts=3, top_k=4) raises ValueError",
-                       [Call("MoE", (8, 16, 3, 4))], s))
+                       [Call("MoE", (8, 16, 3, 4))], s, part="validation"))
     return out
 
 

@@ -84,7 +84,8 @@ def _kv_cache(seed: int) -> list[Case]:
     bad = [(_randn(g, 2, 2, 1, 4), _randn(g, 2, 2, 2, 4)), (_randn(g, 2, 2, 1, 4, dtype=torch.float32),) * 2,
            (_randn(g, 3, 2, 1, 4), _randn(g, 3, 2, 1, 4))]
     calls = [Call("KVCache", (), steps=(first, Step("update", args))) for args in bad]
-    out.append(_hidden("KVCache", "chunks that do not fit the cache (k/v shapes, dtype, B) raise ValueError", calls, s))
+    out.append(_hidden("KVCache", "chunks that do not fit the cache (k/v shapes, dtype, B) raise ValueError", calls, s,
+                       part="validation"))
     return out
 
 
@@ -262,17 +263,17 @@ def _bytes(seed: int) -> list[Case]:
         calls.append(Call("kv_cache_bytes", tuple(args[:4]), {"batch_size": args[4], "bytes_per_element":
                                                               _pick(g, (1, 2, 4))}, steps=(INT_STEP,)))
     calls.append(Call("kv_cache_bytes", (80, 8, 128, 32768), steps=(INT_STEP,)))  # Llama-2-70B, GQA
-    calls.append(Call("kv_cache_bytes", (4, 2, 64, 100, -1)))  # must raise: no int to read
-    case = _hidden("kv_cache_bytes", "random sizes, Llama-2-70B (GQA) at 32K tokens, and batch_size = -1", calls,
-                   seed * 1000 + 700)
-    judge = case.judge
+    negative = [Call("kv_cache_bytes", (4, 2, 64, 100, -1))]  # must raise: no int to read
+    sizes = _hidden("kv_cache_bytes", "random sizes, Llama-2-70B (GQA) at 32K tokens", calls, seed * 1000 + 700)
+    judge = sizes.judge
 
     def ints_first(j: Judge) -> None:  # "returned a float", not the AttributeError of .numerator
         require_ints(j)
         judge(j)
 
-    case.judge = ints_first
-    return [case]
+    sizes.judge = ints_first
+    return [sizes, _hidden("kv_cache_bytes", "batch_size = -1 raises ValueError", negative, seed * 1000 + 700,
+                           part="validation")]
 
 
 @HIDDEN.exercise("apply_repetition_penalty")

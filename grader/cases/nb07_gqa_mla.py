@@ -124,7 +124,8 @@ def _latent_cache(seed: int) -> list[Case]:
            (_randn(g, 2, 1, 6, dtype=torch.float32), _randn(g, 2, 1, 2, dtype=torch.float32)),
            (_randn(g, 2, 1, 7), _randn(g, 2, 1, 2))]
     calls = [Call("LatentCache", (), steps=(first, Step("update", args))) for args in bad]
-    out.append(_hidden("LatentCache", "chunks that do not fit (T differs, B, dtype, width) raise ValueError", calls, s))
+    out.append(_hidden("LatentCache", "chunks that do not fit (T differs, B, dtype, width) raise ValueError", calls, s,
+                       part="validation"))
     return out
 
 
@@ -178,9 +179,11 @@ def _bytes(seed: int) -> list[Case]:
                           steps=(INT_STEP,)))
     calls.append(Call("attention_cache_bytes_per_token", ("gqa", 80, 64, 128), {"num_kv_heads": 8},
                       steps=(INT_STEP,)))  # Llama-2-70B
-    calls.append(Call("attention_cache_bytes_per_token", ("MHA", 2, 4, 8)))  # must raise: no int to read
-    return [_hidden("attention_cache_bytes_per_token", "random mha/mqa/gqa/mla sizes, Llama-2-70B (gqa), and kind "
-                    "'MHA' (unknown: ValueError)", calls, seed * 1000 + 500)]
+    unknown = [Call("attention_cache_bytes_per_token", ("MHA", 2, 4, 8))]  # must raise: no int to read
+    return [_hidden("attention_cache_bytes_per_token", "random mha/mqa/gqa/mla sizes, Llama-2-70B (gqa)", calls,
+                    seed * 1000 + 500),
+            _hidden("attention_cache_bytes_per_token", "kind 'MHA' (unknown) raises ValueError", unknown,
+                    seed * 1000 + 500, part="validation")]
 
 
 @HIDDEN.exercise("mha_to_gqa")

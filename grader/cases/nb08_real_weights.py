@@ -86,7 +86,7 @@ def _decoder(seed: int) -> list[Case]:
                   steps=(Step("probe_tied"),))
              for kw in ({"drop": f"blk.{layer}.{kind}"}, {"reshape": f"blk.{1 - layer}.{kind}"})]
     out.append(_hidden("load_decoder_weights", f"blk.{layer}.{kind} missing; blk.{1 - layer}.{kind} one row short",
-                       calls, s))
+                       calls, s, part="validation"))
     return out
 
 
@@ -118,7 +118,8 @@ def _encoder(seed: int) -> list[Case]:
                                            Instance(PROBES + "tiny_bert", kwargs={"seed": s, **kw})),
                   steps=(Step("probe_parameters", ("tok_emb.weight",)),))
              for kw in ({"drop": name}, {"reshape": name, "prefix": "bert."})]
-    out.append(_hidden("load_encoder_weights", f"{name} missing; one row short (prefixed file)", calls, s))
+    out.append(_hidden("load_encoder_weights", f"{name} missing; one row short (prefixed file)", calls, s,
+                       part="validation"))
     out.append(_minilm_case(seed))
     return out
 

@@ -205,6 +205,10 @@ def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
         raise ValueError("p must be 1-D")
     return p * (1 - p)  # d softmax / dz = s (1 - s)
 ''', "only the diagonal of J"),
+    _e("correct math, no validation",
+       _variant(_JACOBIAN, ('    if p.ndim != 1:', None),
+                           ('        raise ValueError("p must be 1-D")', None)),
+       "ValueError"),
 ]
 
 JACOBIAN_CORRECT = [
@@ -465,6 +469,10 @@ def causal_mask(t_q, t_k=None, *, device=None):
     offset = t_k - t_q
     return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(offset)
 '''),
+    _e("correct math, no validation",
+       _variant(_CAUSAL, ('    if t_k < t_q:', None),
+                         ('        raise ValueError("t_k must be >= t_q")', None)),
+       "ValueError"),
 ]
 
 CAUSAL_CORRECT = [

@@ -83,6 +83,10 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
                 ("return x.view(B, T, num_heads, D // num_heads).transpose(1, 2)",
                  "return x.view(B, T, num_heads, D // num_heads).transpose(0, 2)")),
        "keep the batch axis first"),
+    _e("correct math, no validation",
+       _variant(_SPLIT, ('    if D % num_heads != 0:', None),
+                        ('        raise ValueError(f"d_model = {D} is not divisible by num_heads = {num_heads}")', None)),
+       "ValueError"),
 ]
 
 SPLIT_CORRECT = [

@@ -152,6 +152,10 @@ def sinusoidal_position_encoding(num_positions, d_model, base=10000.0):
                 ("pe[:, 1::2] = torch.cos(position * div_term)",
                  "pe[:, 0, 1::2] = torch.cos(position * div_term)")),
        "drop the middle axis"),
+    _e("correct math, no validation",
+       _variant(_SINUSOIDAL, ("    if d_model % 2:", None),
+                             ('        raise ValueError(f"d_model = {d_model} must be even")', None)),
+       "ValueError"),
 ]
 
 SINUSOIDAL_CORRECT = [
@@ -266,6 +270,10 @@ def rope_cos_sin(positions, head_dim, base=10000.0):
                 ("freqs = positions.float()[..., None] * inv_freq",
                  "freqs = positions.float()[:, None] * inv_freq")),
        "index the last axis: positions[..., None]"),
+    _e("correct math, no validation",
+       _variant(_COS_SIN, ('    if head_dim % 2:', None),
+                          ('        raise ValueError(f"head_dim = {head_dim} must be even")', None)),
+       "ValueError"),
 ]
 
 COS_SIN_CORRECT = [
@@ -644,6 +652,10 @@ def permute_for_rotate_half(weight, num_heads):
     dh = rows // num_heads
     return weight.view(num_heads, dh // 2, 2, d).transpose(1, 2).reshape(rows, d)
 ''', "is odd"),
+    _e("correct math, no validation",
+       _variant(_PERMUTE, ('    if rows % num_heads or (rows // num_heads) % 2:', None),
+                          ('        raise ValueError(f"cannot split {rows} rows into {num_heads} heads of even width")', None)),
+       "ValueError"),
 ]
 
 PERMUTE_CORRECT = [
@@ -742,6 +754,10 @@ def alibi_slopes(num_heads):
                 ("return torch.tensor(s, dtype=torch.float32)",
                  "return torch.tensor(sorted(s, reverse=True), dtype=torch.float32)")),
        "keep Press et al.'s order"),
+    _e("correct math, no validation",
+       _variant(_SLOPES, ('    if num_heads < 1:', None),
+                         ('        raise ValueError("num_heads must be >= 1")', None)),
+       "ValueError"),
 ]
 
 SLOPES_CORRECT = [

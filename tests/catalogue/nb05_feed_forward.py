@@ -84,6 +84,10 @@ def gelu(x, approximate="none"):
                 ("h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))",
                  "h * (1 + torch.tanh(math.sqrt(2 / math.pi) * h))")),
        "has a cubic term"),
+    _e("correct math, no validation",
+       _variant(_GELU, ('    if approximate not in ("none", "tanh"):', None),
+                       ('        raise ValueError(approximate)', None)),
+       "ValueError"),
 ]
 
 GELU_CORRECT = [
@@ -358,6 +362,10 @@ def swiglu_hidden_dim(d_model, multiple_of=256, ffn_dim_multiplier=None):
                 ("return multiple_of * ((hidden + multiple_of - 1) // multiple_of)",
                  "return multiple_of * math.ceil(hidden / multiple_of)")),
        "start from two thirds of 4·D"),
+    _e("correct math, no validation",
+       _variant(_HIDDEN, ('    if not isinstance(d_model, int) or not isinstance(multiple_of, int) or d_model <= 0 or multiple_of <= 0:', None),
+                         ('        raise ValueError("d_model and multiple_of must be positive ints")', None)),
+       "ValueError"),
 ]
 
 HIDDEN_CORRECT = [
@@ -544,6 +552,10 @@ MOE_WRONG = [
         weights, idx = probs.topk(self.top_k, dim=-1)
 ''', "        weights, idx = torch.softmax(router_logits, dim=-1).topk(self.top_k, dim=-1)")),
        "raise ValueError unless 1 <= top_k <= num_experts"),
+    _e("correct math, no validation",
+       _variant(_MOE, ('        if not 1 <= top_k <= num_experts:', None),
+                      ('            raise ValueError("top_k")', None)),
+       "ValueError"),
 ]
 
 MOE_CORRECT = [

@@ -108,6 +108,9 @@ KV_WRONG = [
        "update raises ValueError itself"),
     _e("seq_len a method, not a property", _variant(_KV_INLINE, ("    @property", None)),
        "make seq_len a property"),
+    _e("correct math, no validation",
+       _variant(_KV, ('        self._check(k, v)', None)),
+       "ValueError"),
 ]
 
 KV_CORRECT = [
@@ -282,6 +285,10 @@ ATTN_WRONG = [
         cos, sin = rope_cos_sin(torch.arange(P, P + T, device=x.device), Dh, self.rope_theta)
 ''')),
        "raise ValueError in __init__"),
+    _e("correct math, no validation",
+       _variant(_ATTN, ('        if d_model % num_heads:', None),
+                       ('            raise ValueError("d_model must be divisible by num_heads")', None)),
+       "ValueError"),
 ]
 
 ATTN_CORRECT = [
@@ -452,6 +459,10 @@ LM_WRONG = [
             x = block(x, cache)
 ''')),
        "raise ValueError when len(caches) != len(self.blocks)"),
+    _e("correct math, no validation",
+       _variant(_LM, ('        if caches is not None and len(caches) != len(self.blocks):', None),
+                     ('            raise ValueError("one cache per block")', None)),
+       "ValueError"),
 ]
 
 LM_CORRECT = [
@@ -608,6 +619,14 @@ def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator
                 ("if top_k is not None:", "if top_k:"),
                 ("if top_p is not None:", "if top_p:")),
        "raise ValueError for temperature < 0"),
+    _e("correct math, no validation",
+       _variant(_SAMPLE, ('    if temperature < 0:', None),
+                         ('        raise ValueError("temperature must be >= 0")', None),
+                         ('    if top_k is not None and top_k < 1:', None),
+                         ('        raise ValueError("top_k must be >= 1")', None),
+                         ('    if top_p is not None and not (0 < top_p <= 1):', None),
+                         ('        raise ValueError("top_p must be in (0, 1]")', None)),
+       "ValueError"),
 ]
 
 SAMPLE_CORRECT = [
@@ -833,6 +852,10 @@ def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, by
 def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_element=2):
     return 2 * num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_element
 ''', "raise ValueError when any argument is negative"),
+    _e("correct math, no validation",
+       _variant(_BYTES, ('    if min(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_element) < 0:', None),
+                        ('        raise ValueError("negative size")', None)),
+       "ValueError"),
 ]
 
 BYTES_CORRECT = [

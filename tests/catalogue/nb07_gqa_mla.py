@@ -44,6 +44,11 @@ def repeat_kv(x, n_rep):
     B, G, S, Dh = x.shape
     return x[..., None].expand(B, G, S, Dh, n_rep).reshape(B, G * n_rep, S, Dh)
 '''),
+    _e("correct math, no validation",
+       _variant(_REPEAT_CHECK, ('    if n_rep < 1:', None),
+                               ('        raise ValueError("n_rep must be at least 1")', None))
+       + "    return x.repeat_interleave(n_rep, dim=1)\n",
+       "ValueError"),
 ]
 
 REPEAT_CORRECT = [
@@ -143,6 +148,12 @@ GQA_WRONG = [
     _e("positions not offset by the cache", _variant(_GQA, (
         "positions = torch.arange(past, past + T, device=x.device)",
         "positions = torch.arange(T, device=x.device)")), "absolute positions P .. P + T - 1"),
+    _e("correct math, no validation",
+       _variant(_GQA, ('        if num_heads % num_kv_heads != 0:', None),
+                      ('            raise ValueError("num_heads must be a multiple of num_kv_heads")', None),
+                      ('            if d_model % num_heads != 0:', None),
+                      ('                raise ValueError("d_model must be divisible by num_heads")', None)),
+       "ValueError"),
 ]
 
 GQA_CORRECT = [
@@ -214,6 +225,13 @@ LC_WRONG = [
                     ...
                 raise ValueError("the chunk does not fit the cache")
 ''', None)), "update raises ValueError itself"),
+    _e("correct math, no validation",
+       _variant(_LC, ("        if c_kv.shape[:2] != k_rope.shape[:2]:", None),
+                     ('            raise ValueError("c_kv and k_rope must have the same B and T")', None),
+                     ("""            if (c_kv.size(0) != self.c_kv.size(0) or c_kv.size(2) != self.c_kv.size(2)
+...
+                raise ValueError("the chunk does not fit the cache")""", None)),
+       "ValueError"),
 ]
 
 LC_CORRECT = [
@@ -596,6 +614,13 @@ def attention_cache_bytes_per_token(kind, num_layers, num_heads, head_dim, num_k
     kv_heads = {"mha": num_heads, "mqa": 1}.get(kind, num_kv_heads)
     return 2 * num_layers * kv_heads * head_dim * bytes_per_element
 ''', "raise ValueError for an unknown kind"),
+    _e("correct math, no validation",
+       _variant(_BYTES, ("        if num_kv_heads is None:", None),
+                        ('            raise ValueError("gqa needs num_kv_heads")', None),
+                        ("        if kv_lora_rank is None or qk_rope_head_dim is None:", None),
+                        ('            raise ValueError("mla needs kv_lora_rank and qk_rope_head_dim")', None),
+                        ('    raise ValueError(f"unknown kind {kind!r}")', None)),
+       "ValueError"),
 ]
 
 BYTES_CORRECT = [

@@ -86,6 +86,12 @@ DECODER_WRONG = [
     _e("weights transposed (as if GGUF stored (in, out))", _variant(_DECODER, ("            w = tensors[src]",
                                                                           "            w = tensors[src].T")),
        "no transpose"),
+    _e("correct math, no validation",
+       _variant(_DECODER, ('            if src not in tensors:', None),
+                          ('                raise ValueError(f"{src} is missing from the file")', None),
+                          ('            if w.shape != params[name].shape:', None),
+                          ('                raise ValueError(f"{src}: shape {tuple(w.shape)} vs {tuple(params[name].shape)}")', None)),
+       "ValueError"),
 ]
 
 DECODER_CORRECT = [
@@ -226,6 +232,12 @@ ENCODER_WRONG = [
     ...
     model.load_state_dict({k: v for k, v in state.items() if k in own})
 ''', "    model.load_state_dict(state, strict=False)")), "check every tensor before copying"),
+    _e("correct math, no validation",
+       _variant(_ENCODER, ('            if src not in tensors:', None),
+                          ('                raise ValueError(f"{src} is missing from the file")', None),
+                          ('            if tensors[src].shape != params[name].shape:', None),
+                          ('                raise ValueError(f"{src}: shape {tuple(tensors[src].shape)} vs {tuple(params[name].shape)}")', None)),
+       "ValueError"),
 ]
 
 ENCODER_CORRECT = [
@@ -267,6 +279,12 @@ def mean_pool(hidden, attention_mask):
     m = attention_mask.to(hidden.dtype)[..., None]
     return (hidden * m).sum(-2) / m.sum(-2).clamp(min=1e-9)
 ''', "compare hidden.shape[:2] with attention_mask.shape"),
+    _e("correct math, no validation",
+       _variant(_POOL_CHECK, ('    if attention_mask.shape != hidden.shape[:2]:', None),
+                             ('        raise ValueError("attention_mask must be (B, T)")', None))
+       + "    real = attention_mask.to(hidden.dtype).unsqueeze(-1)\n"
+         "    return (hidden * real).sum(1) / real.sum(1).clamp(min=1e-9)\n",
+       "ValueError"),
 ]
 
 POOL_CORRECT = [
@@ -352,6 +370,10 @@ def first_divergent_layer(model_a, model_b, input_ids, atol=1e-4):
             return i
     return None
 ''', "remove every hook you registered"),
+    _e("correct math, no validation",
+       _variant(_DIVERGE, ('    if len(model_a.blocks) != len(model_b.blocks):', None),
+                          ('        raise ValueError("the models have different numbers of blocks")', None)),
+       "ValueError"),
 ]
 
 DIVERGE_CORRECT = [

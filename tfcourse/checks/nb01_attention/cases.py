@@ -87,7 +87,7 @@ def _softmax_cases() -> list[Case]:
     return cases
 
 
-@NOTEBOOK.exercise("softmax_jacobian")
+@NOTEBOOK.exercise("softmax_jacobian", parts=("core", "validation"))
 def _jacobian_cases() -> list[Case]:
     """Check ``softmax_jacobian(p)`` against autodiff and its properties."""
     cases = []
@@ -136,7 +136,7 @@ def _jacobian_cases() -> list[Case]:
                   hint="check p.dim() == 1 first and raise ValueError otherwise (the shape contract)")
 
     cases.append(_case("softmax_jacobian", "raises ValueError when p is not 1-D",
-                       [Call("softmax_jacobian", (batch,))], rejects_matrix, seed=203))
+                       [Call("softmax_jacobian", (batch,))], rejects_matrix, seed=203, part="validation"))
     return cases
 
 
@@ -236,7 +236,7 @@ def _sdpa_cases() -> list[Case]:
     return cases
 
 
-@NOTEBOOK.exercise("causal_mask")
+@NOTEBOOK.exercise("causal_mask", parts=("core", "validation"))
 def _causal_cases() -> list[Case]:
     """Check ``causal_mask(t_q, t_k=None, *, device=None)`` (bottom-right aligned)."""
     cases = []
@@ -273,7 +273,7 @@ def _causal_cases() -> list[Case]:
                        "when t_k < t_q")
 
     cases.append(_case("causal_mask", "raises ValueError when S < T (t_q = 4, t_k = 2)",
-                       [Call("causal_mask", (4, 2))], rejects_fewer_keys))
+                       [Call("causal_mask", (4, 2))], rejects_fewer_keys, part="validation"))
     return cases
 
 

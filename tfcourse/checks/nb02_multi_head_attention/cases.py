@@ -218,7 +218,7 @@ def _case(exercise: str, title: str, calls: list[Call], judge, seed: int | None 
 # ---------------------------------------------------------------------------------------------
 # Visible cases: split_heads
 # ---------------------------------------------------------------------------------------------
-@NOTEBOOK.exercise("split_heads")
+@NOTEBOOK.exercise("split_heads", parts=("core", "validation"))
 def _split_cases() -> list[Case]:
     """Check ``split_heads(x, num_heads)``: (B, T, D) -> (B, H, T, Dh), ValueError if D % H != 0."""
     cases = []
@@ -271,7 +271,7 @@ def _split_cases() -> list[Case]:
                        "by num_heads = {num_heads}\"")
 
     cases.append(Case("split_heads", "D = 18, H = 4: raises ValueError naming both numbers",
-                      [Call("split_heads", (bad, 4))], not_divisible, seed=404))
+                      [Call("split_heads", (bad, 4))], not_divisible, seed=404, part="validation"))
     return cases
 
 

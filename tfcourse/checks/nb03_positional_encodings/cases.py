@@ -181,7 +181,7 @@ def _x(seed: int, *shape: int, dtype: torch.dtype = F64) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 # 1. sinusoidal_position_encoding
 # ---------------------------------------------------------------------------------------------
-@NOTEBOOK.exercise("sinusoidal_position_encoding")
+@NOTEBOOK.exercise("sinusoidal_position_encoding", parts=("core", "validation"))
 def _sinusoidal_cases() -> list[Case]:
     """Check ``sinusoidal_position_encoding(num_positions, d_model, base=10000.0)`` against the float64
     formula (interleaved sin/cos), with the base as a parameter and ValueError for odd d_model."""
@@ -206,14 +206,15 @@ def _sinusoidal_cases() -> list[Case]:
         require_value_error(j, "d_model = 7", "check d_model % 2 first and raise ValueError naming d_model: sin "
                             "and cos fill pairs of columns", names="d_model")
 
-    cases.append(Case(name, "d_model = 7 (odd): raises ValueError naming d_model", [Call(name, (5, 7))], odd))
+    cases.append(Case(name, "d_model = 7 (odd): raises ValueError naming d_model", [Call(name, (5, 7))], odd,
+                      part="validation"))
     return cases
 
 
 # ---------------------------------------------------------------------------------------------
 # 2. rope_cos_sin
 # ---------------------------------------------------------------------------------------------
-@NOTEBOOK.exercise("rope_cos_sin")
+@NOTEBOOK.exercise("rope_cos_sin", parts=("core", "validation"))
 def _rope_cos_sin_cases() -> list[Case]:
     """Check ``rope_cos_sin(positions, head_dim, base=10000.0)``: rotate-half tables for (T,) and
     (B, T) positions, float32, ValueError for odd head_dim."""
@@ -246,7 +247,7 @@ def _rope_cos_sin_cases() -> list[Case]:
                             "channels")
 
     cases.append(Case(name, "head_dim = 7 (odd): raises ValueError",
-                      [Call(name, (torch.arange(3), 7))], odd))
+                      [Call(name, (torch.arange(3), 7))], odd, part="validation"))
     return cases
 
 
@@ -432,7 +433,7 @@ def _permutation_rows(rows: int, num_heads: int) -> list[int]:
     return order
 
 
-@NOTEBOOK.exercise("permute_for_rotate_half")
+@NOTEBOOK.exercise("permute_for_rotate_half", parts=("core", "validation"))
 def _permute_cases() -> list[Case]:
     """Check ``permute_for_rotate_half(weight, num_heads)`` by the q·k scores it must keep, its rows, and
     its ValueErrors."""
@@ -466,11 +467,12 @@ def _permute_cases() -> list[Case]:
                             "divisible by num_heads")
 
     cases.append(Case(name, "10 rows, num_heads = 3: raises ValueError", [Call(name, (_x(605, 10, 4), 3))],
-                      bad_heads))
+                      bad_heads, part="validation"))
 
     def odd(j: Judge) -> None:
         require_value_error(j, "weight (6, 4), num_heads = 2 (Dh = 3)", "raise ValueError when the head width "
                             "weight.shape[0] // num_heads is odd: RoPE rotates pairs")
 
-    cases.append(Case(name, "Dh = 3 (odd): raises ValueError", [Call(name, (_x(606, 6, 4), 2))], odd))
+    cases.append(Case(name, "Dh = 3 (odd): raises ValueError", [Call(name, (_x(606, 6, 4), 2))], odd,
+                      part="validation"))
     return cases

@@ -63,10 +63,10 @@ def bucket_oracle(rel: torch.Tensor, bidirectional: bool = True, num_buckets: in
 # ---------------------------------------------------------------------------------------------
 # 7. alibi_slopes
 # ---------------------------------------------------------------------------------------------
-@NOTEBOOK.exercise("alibi_slopes", parts=("core", "other_head_counts"))
+@NOTEBOOK.exercise("alibi_slopes", parts=("core", "other_head_counts", "validation"))
 def _slopes_cases() -> list[Case]:
-    """Check ``alibi_slopes(num_heads)`` against Press et al.'s code: part "core" (powers of two) or
-    "other_head_counts" (6, 12, 20 heads, and ValueError for 0); None checks both."""
+    """Check ``alibi_slopes(num_heads)`` against Press et al.'s code: part "core" (powers of two),
+    "other_head_counts" (6, 12, 20 heads) or "validation" (ValueError for 0); None checks all."""
     name = "alibi_slopes"
 
     def slopes(counts: Sequence[int]):
@@ -87,7 +87,7 @@ def _slopes_cases() -> list[Case]:
                   [Call(name, (h,)) for h in powers], slopes(powers)),
         make_case(name, "H = 6, 12, 20: the slopes of the power of two below, then every other slope of twice it",
                       [Call(name, (h,)) for h in others], slopes(others), part="other_head_counts"),
-        Case(name, "num_heads = 0: raises ValueError", [Call(name, (0,))], bad, part="other_head_counts"),
+        Case(name, "num_heads = 0: raises ValueError", [Call(name, (0,))], bad, part="validation"),
     ]
 
 

@@ -170,13 +170,13 @@ def _gelu_case(title: str, x: torch.Tensor, approximate: str | None, seed: int |
     return make_case("gelu", title, [Call("gelu", (x,), kwargs)], judge, seed=seed, part=part)
 
 
-@NOTEBOOK.exercise("gelu", parts=("core", "tanh"))
+@NOTEBOOK.exercise("gelu", parts=("core", "tanh", "validation"))
 def _gelu_cases() -> list[Case]:
     """Check ``gelu(x, approximate="none")`` against F.gelu.
 
-    part: "core" (the exact form, float32/float64) or "tanh" (the tanh form, float16/bfloat16 for
-    both forms, and the ValueError for another `approximate`), the two test cells that score it;
-    None checks both."""
+    part: "core" (the exact form, float32/float64), "tanh" (the tanh form, float16/bfloat16 for
+    both forms) or "validation" (the ValueError for another `approximate`), the three test cells
+    that score it; None checks all."""
     x = gelu_inputs()
     cases = [
         _gelu_case("exact form (default approximate), float64, x from -8 to 8 and tiny values: matches F.gelu",
@@ -189,7 +189,7 @@ def _gelu_cases() -> list[Case]:
         require_value_error(j, 'gelu(x, approximate="erf")', HINTS["approximate_error"])
 
     cases.append(make_case("gelu", 'approximate="erf" (neither "none" nor "tanh") raises ValueError',
-                           [Call("gelu", (randn(5011, 4),), {"approximate": "erf"})], bad, part="tanh"))
+                           [Call("gelu", (randn(5011, 4),), {"approximate": "erf"})], bad, part="validation"))
     cases.append(_gelu_case('approximate="tanh", float64, x from -8 to 8 and tiny values: matches '
                             'F.gelu(x, approximate="tanh")', x, "tanh", None, "tanh"))
     for i, dtype in enumerate(HALF):
@@ -325,7 +325,7 @@ def judge_hidden_dim(j: Judge, want: int | None = None, expected_call: int | Non
     j.require(got == want, f"returned {got}; expected {want}")
 
 
-@NOTEBOOK.exercise("swiglu_hidden_dim")
+@NOTEBOOK.exercise("swiglu_hidden_dim", parts=("core", "validation"))
 def _hidden_dim_cases() -> list[Case]:
     """Check ``swiglu_hidden_dim(d_model, multiple_of=256, ffn_dim_multiplier=None)`` against
     Llama's published widths (a Python int), and its ValueErrors."""
@@ -356,5 +356,5 @@ def _hidden_dim_cases() -> list[Case]:
             require_value_error(j, f"swiglu_hidden_dim({text})", HINTS["hidden_error"], call=i)
 
     cases.append(make_case("swiglu_hidden_dim", "d_model 0, -8 or 4096.0, or multiple_of 0, raises ValueError",
-                           [hidden_dim_call(*a, **k) for a, k in bad_args], bad))
+                           [hidden_dim_call(*a, **k) for a, k in bad_args], bad, part="validation"))
     return cases

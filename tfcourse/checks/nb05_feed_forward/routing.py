@@ -224,13 +224,14 @@ def _moe_sparse_case(title: str, seed: int, shape: tuple[int, ...], d_ff: int, n
                      part="sparse")
 
 
-@NOTEBOOK.exercise("MoE", parts=("core", "sparse"))
+@NOTEBOOK.exercise("MoE", parts=("core", "sparse", "validation"))
 def _moe_cases() -> list[Case]:
     """Check ``MoE(d_model, d_ff, num_experts, top_k)``: (y, router_logits (N, E)) against a dense
     weighted sum of the experts.
 
-    part: "core" (values, router logits, ValueError, attributes) or "sparse" (each expert's
-    forward receives only the tokens routed to it), the two test cells; None checks both."""
+    part: "core" (values, router logits, attributes, the gradient), "sparse" (each expert's
+    forward receives only the tokens routed to it) or "validation" (the top_k ValueError), the
+    three test cells; None checks all."""
     cases = [
         _moe_value_case("MoE(8, 16, num_experts=4, top_k=2), x (2, 5, 8) float64: y equals the dense weighted sum "
                         "of the top-2 experts, router_logits = gate(x) (N, E)", 5301, (2, 5, 8), 16, 4, 2, F64),
@@ -245,7 +246,7 @@ def _moe_cases() -> list[Case]:
             require_value_error(j, f"MoE{args}", HINTS["moe_top_k"], call=i)
 
     cases.append(make_case("MoE", "MoE(8, 16, num_experts=4, top_k=5) and top_k=0 raise ValueError",
-                           [Call("MoE", args) for args in bad_k], bad))
+                           [Call("MoE", args) for args in bad_k], bad, part="validation"))
 
     def attributes(j: Judge) -> None:
         o = j.outcomes[0]

@@ -154,10 +154,10 @@ def _kv_errors(seed: int) -> Case:
             j.fail(f"{what}: {did}; expected ValueError", hint=HINTS["cache_validate"])
 
     return make_case("KVCache", "update raises ValueError when k and v differ in shape, or when B, G, Dh or the "
-                     "dtype differ from the cache", calls, judge, seed=seed)
+                     "dtype differ from the cache", calls, judge, seed=seed, part="validation")
 
 
-@NOTEBOOK.exercise("KVCache")
+@NOTEBOOK.exercise("KVCache", parts=("core", "validation"))
 def _kv_cache_cases() -> list[Case]:
     """Check ``KVCache()``: k/v None when empty, ``update(k, v)`` appends on the sequence axis and
     returns the whole cache, ``seq_len`` counts positions, ValueError for chunks that do not fit."""
@@ -346,15 +346,16 @@ def _attn_errors() -> Case:
             j.fail(f"CausalSelfAttention(10, 4): {did}; expected ValueError", hint=HINTS["divisible"])
 
     return make_case("CausalSelfAttention", "ValueError when d_model is not divisible by num_heads",
-                     [Call("CausalSelfAttention", (10, 4))], judge)
+                     [Call("CausalSelfAttention", (10, 4))], judge, part="validation")
 
 
-@NOTEBOOK.exercise("CausalSelfAttention", parts=("core", "cache"))
+@NOTEBOOK.exercise("CausalSelfAttention", parts=("core", "cache", "validation"))
 def _attention_cases() -> list[Case]:
     """Check ``CausalSelfAttention(d_model, num_heads, rope_theta=10000.0)``.
 
     part: "core" (no cache: SDPA with RoPE and a causal mask, float64/float32) or "cache" (prefill,
-    one-token steps and chunks == the no-cache rows; cache.k holds the rotated keys); None: both."""
+    one-token steps and chunks == the no-cache rows; cache.k holds the rotated keys) or "validation"
+    (the ValueError for d_model % num_heads); None: all."""
     f64, f32 = torch.float64, torch.float32
     return [
         _attn_full_case("no cache, (B, T, D) = (2, 7, 16), H = 4, float64: matches SDPA with RoPE at positions "
@@ -454,13 +455,14 @@ def _lm_caches_error(seed: int) -> Case:
             j.fail(f"one cache for two blocks: {did}; expected ValueError", hint=HINTS["caches_len"])
 
     return make_case("DecoderLM", "ValueError when len(caches) != number of blocks", [call], judge, seed=seed,
-                     part="cache_and_tied")
+                     part="validation")
 
 
-@NOTEBOOK.exercise("DecoderLM", parts=("core", "cache_and_tied"))
+@NOTEBOOK.exercise("DecoderLM", parts=("core", "cache_and_tied", "validation"))
 def _lm_cases() -> list[Case]:
     """Check ``DecoderLM(vocab_size, d_model, num_layers, num_heads, d_ff, rope_theta=10000.0,
-    tie_embeddings=False)``. part: "core" (no cache) or "cache_and_tied"; None: both."""
+    tie_embeddings=False)``. part: "core" (no cache), "cache_and_tied" or "validation" (the ValueError for
+    len(caches)); None: all."""
     return [
         _lm_case("no cache, V = 13, D = 16, L = 2, H = 2, (B, T) = (2, 6), float64: logits match the "
                  "embedding -> blocks -> final RMSNorm -> lm_head stack", 6301),

@@ -145,7 +145,7 @@ def _sampling_errors() -> Case:
                 j.fail(f"{what}: {did}; expected ValueError", hint=HINTS["sample_errors"])
 
     return make_case("sample_next_token", "ValueError for temperature < 0, top_k < 1, top_p outside (0, 1]", calls,
-                     judge)
+                     judge, part="validation")
 
 
 # Logits chosen so that no two are tied at a top-k boundary and no cumulative mass lies within
@@ -158,12 +158,12 @@ ROW_B = torch.tensor([0.1, 0.9, -0.4, 1.6, 0.6, -1.1, 1.3, -0.2], dtype=torch.fl
 ROW_ORDER = torch.tensor([-1.0, 0.8, 2.1, 0.7, 1.9, 1.0, 1.1, 0.3], dtype=torch.float64)
 
 
-@NOTEBOOK.exercise("sample_next_token", parts=("core", "filters"))
+@NOTEBOOK.exercise("sample_next_token", parts=("core", "filters", "validation"))
 def _sampling_cases() -> list[Case]:
     """Check ``sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None)``.
 
-    part: "core" (greedy, temperature, the generator, errors) or "filters" (top-k, top-p); None:
-    both. Sampling is judged statistically (20 000 draws per row, tolerance in the message)."""
+    part: "core" (greedy, temperature, the generator), "filters" (top-k, top-p) or "validation"
+    (the ValueErrors); None: all. Sampling is judged statistically (20 000 draws per row, tolerance in the message)."""
     both = torch.stack((ROW_A, ROW_B))
     return [
         _greedy_case("temperature 0 is greedy: argmax of every row (float32), never a division by zero", 6401,
@@ -361,10 +361,10 @@ def _bytes_errors() -> Case:
                 did = f"raised {o.error_line()}" if o.kind == "error" else "raised nothing"
                 j.fail(f"kv_cache_bytes{args}: {did}; expected ValueError", hint=HINTS["kv_negative"], call=i)
 
-    return make_case("kv_cache_bytes", "ValueError for a negative argument", calls, judge)
+    return make_case("kv_cache_bytes", "ValueError for a negative argument", calls, judge, part="validation")
 
 
-@NOTEBOOK.exercise("kv_cache_bytes")
+@NOTEBOOK.exercise("kv_cache_bytes", parts=("core", "validation"))
 def _bytes_cases() -> list[Case]:
     """Check ``kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1,
     bytes_per_element=2)`` = 2·L·G·Dh·S·B·bytes (a Python int)."""

@@ -173,7 +173,7 @@ def _repeat_case(title: str, seed: int, b: int, g: int, s: int, dh: int, n_rep: 
     return make_case("repeat_kv", title, [Call("repeat_kv", (x, n_rep))], judge, seed=seed)
 
 
-@NOTEBOOK.exercise("repeat_kv")
+@NOTEBOOK.exercise("repeat_kv", parts=("core", "validation"))
 def _repeat_cases() -> list[Case]:
     """Check ``repeat_kv(x, n_rep)``: (B, G, S, Dh) -> (B, G·n_rep, S, Dh), head h = KV head h // n_rep."""
     f64, f32 = torch.float64, torch.float32
@@ -185,7 +185,7 @@ def _repeat_cases() -> list[Case]:
         _repeat_case("n_rep = 1 (MHA): x unchanged", 7031, 2, 4, 3, 2, 1, f64),
         errors_case("repeat_kv", "ValueError when n_rep < 1",
                     [Call("repeat_kv", (randn(7041, 1, 2, 3, 4), r)) for r in (0, -2)],
-                    ["n_rep = 0", "n_rep = -2"], HINTS["repeat_error"]),
+                    ["n_rep = 0", "n_rep = -2"], HINTS["repeat_error"], part="validation"),
     ]
 
 
@@ -298,12 +298,12 @@ def _gqa_case(title: str, seed: int, b: int, d: int, h: int, g: int, dtype: torc
     return make_case("GroupedQueryAttention", title, [call], judge, seed=seed, part="cache" if cached else "core")
 
 
-@NOTEBOOK.exercise("GroupedQueryAttention", parts=("core", "cache"))
+@NOTEBOOK.exercise("GroupedQueryAttention", parts=("core", "cache", "validation"))
 def _gqa_cases() -> list[Case]:
     """Check ``GroupedQueryAttention(d_model, num_heads, num_kv_heads, head_dim=None, rope_theta=10000.0)``.
 
     part: "core" (no cache: G = H, G = 1, 1 < G < H, a given head_dim) or "cache" (a KVCache holding
-    the G rotated KV heads; cached == uncached); None: both."""
+    the G rotated KV heads; cached == uncached) or "validation" (the ValueErrors); None: all."""
     f64, f32 = torch.float64, torch.float32
     return [
         _gqa_case("no cache, (B, T, D) = (2, 6, 16), H = 4, G = 2, float64: matches SDPA with enable_gqa=True, RoPE "
@@ -316,7 +316,8 @@ def _gqa_cases() -> list[Case]:
         errors_case("GroupedQueryAttention", "ValueError when num_heads is not a multiple of num_kv_heads, or when "
                     "head_dim is None and d_model is not a multiple of num_heads",
                     [Call("GroupedQueryAttention", (24, 4, 3)), Call("GroupedQueryAttention", (10, 4, 2))],
-                    ["GroupedQueryAttention(24, 4, 3)", "GroupedQueryAttention(10, 4, 2)"], HINTS["gqa_errors"]),
+                    ["GroupedQueryAttention(24, 4, 3)", "GroupedQueryAttention(10, 4, 2)"], HINTS["gqa_errors"],
+                    part="validation"),
         _gqa_case("a KVCache: a prefill of 5, then 1, 1 and a chunk of 2 tokens, H = 4, G = 2 (float64): outputs == "
                   "the no-cache rows; cache.k holds the G rotated KV heads (B, G, S, Dh)", 7141, 2, 16, 4, 2, f64,
                   (5, 1, 1, 2)),

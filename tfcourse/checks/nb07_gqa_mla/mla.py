@@ -160,10 +160,11 @@ def _latent_errors(seed: int) -> Case:
     calls = [Call("LatentCache", (), steps=((first, Step("update", args)) if after else (Step("update", args),)))
              for args, after in bad.values()]
     return errors_case("LatentCache", "update raises ValueError when c_kv and k_rope differ in B or T, or when B, a "
-                       "width or the dtype differ from the cache", calls, list(bad), HINTS["lc_validate"])
+                       "width or the dtype differ from the cache", calls, list(bad), HINTS["lc_validate"],
+                       part="validation")
 
 
-@NOTEBOOK.exercise("LatentCache")
+@NOTEBOOK.exercise("LatentCache", parts=("core", "validation"))
 def _latent_cases() -> list[Case]:
     """Check ``LatentCache()``: c_kv/k_rope None when empty, update appends on the sequence axis and
     returns the whole cache, seq_len counts positions, ValueError for chunks that do not fit."""
@@ -279,7 +280,7 @@ def _bytes_case(title: str, rows: list[tuple[tuple, dict, int, str]]) -> Case:
     return make_case("attention_cache_bytes_per_token", title, calls, judge)
 
 
-@NOTEBOOK.exercise("attention_cache_bytes_per_token")
+@NOTEBOOK.exercise("attention_cache_bytes_per_token", parts=("core", "validation"))
 def _bytes_cases() -> list[Case]:
     """Check ``attention_cache_bytes_per_token(kind, num_layers, num_heads, head_dim, ...)`` for
     mha, mqa, gqa and mla (a Python int)."""
@@ -304,5 +305,5 @@ def _bytes_cases() -> list[Case]:
                     [_bytes_call("mlx", 2, 4, 8), _bytes_call("gqa", 2, 4, 8),
                      _bytes_call("mla", 2, 4, 8, qk_rope_head_dim=4), _bytes_call("mla", 2, 4, 8, kv_lora_rank=16)],
                     ["kind='mlx'", "gqa without num_kv_heads", "mla without kv_lora_rank",
-                     "mla without qk_rope_head_dim"], HINTS["bytes_errors"]),
+                     "mla without qk_rope_head_dim"], HINTS["bytes_errors"], part="validation"),
     ]

@@ -217,7 +217,7 @@ def decoder_errors_case(seed: int = 5) -> Case:
     return errors_case("load_decoder_weights", calls,
                        [("blk.1.ffn_up", "blocks.1.ffn.up_proj"), ("output_norm", "final_norm"), ("output", "lm_head")],
                        ["a file without blk.1.ffn_up.weight", "output_norm.weight one row short",
-                        "an untied model and a file without output.weight"])
+                        "an untied model and a file without output.weight"], part="validation")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,7 +287,8 @@ def encoder_errors_case(seed: int = 6) -> Case:
                        [("encoder.layer.1.output.dense", "blocks.1.ffn.down_proj"),
                         ("token_type_embeddings", "type_emb")],
                        ["a file without encoder.layer.1.output.dense.weight",
-                        "a 'bert.'-prefixed file whose token_type_embeddings has one row too few"])
+                        "a 'bert.'-prefixed file whose token_type_embeddings has one row too few"],
+                       part="validation")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,28 +330,30 @@ def pool_errors_case() -> Case:
                       "ValueError", hint="compare hidden.shape[:2] with attention_mask.shape and raise ValueError "
                       "when they differ (broadcasting would hide the mistake)")
 
-    return make_case("mean_pool", "ValueError when attention_mask's shape is not hidden's (B, T)", calls, judge)
+    return make_case("mean_pool", "ValueError when attention_mask's shape is not hidden's (B, T)", calls, judge,
+                     part="validation")
 
 
-@NOTEBOOK.exercise("load_decoder_weights", parts=("core", "real"))
+@NOTEBOOK.exercise("load_decoder_weights", parts=("core", "real", "validation"))
 def _load_decoder_weights_cases() -> list[Case]:
     """Check ``load_decoder_weights(model, gguf_path) -> model``.
 
     part: "core" (tiny GGUF files written here: parameters, tie, logits vs transformers'
-    LlamaForCausalLM, the ValueErrors) or "real" (the packaged SmolLM2 file's logits vs
-    transformers' own GGUF conversion, atol 1e-4); None: both."""
+    LlamaForCausalLM), "real" (the packaged SmolLM2 file's logits vs transformers' own GGUF
+    conversion, atol 1e-4) or "validation" (the ValueErrors naming the tensor); None: all."""
     return [decoder_case("tied", 1, torch.tensor([[3, 14, 15, 9, 26, 5], [2, 7, 1, 8, 28, 18]])),
             decoder_case("untied", 2, torch.tensor([[1, 4, 1, 42, 13, 5, 6]])),
             decoder_case("tied", 7, torch.tensor([[5, 3, 8, 1]]), quantized=False, dtype=torch.float64),
             decoder_errors_case(), real_decoder_case()]
 
 
-@NOTEBOOK.exercise("load_encoder_weights", parts=("core", "real"))
+@NOTEBOOK.exercise("load_encoder_weights", parts=("core", "real", "validation"))
 def _load_encoder_weights_cases() -> list[Case]:
     """Check ``load_encoder_weights(model, safetensors_path) -> model``.
 
-    part: "core" (tiny BERT files, with and without the "bert." prefix, the ValueErrors) or "real"
-    (the packaged MiniLM vs transformers' BertModel, atol 1e-5 on real tokens); None: both."""
+    part: "core" (tiny BERT files, with and without the "bert." prefix), "real" (the packaged
+    MiniLM vs transformers' BertModel, atol 1e-5 on real tokens) or "validation" (the ValueErrors
+    naming the tensor); None: all."""
     ids = torch.tensor([[2, 9, 33, 4, 17, 3, 1], [2, 44, 12, 3, 0, 0, 0]])
     mask = torch.tensor([[1] * 7, [1, 1, 1, 1, 0, 0, 0]])
     types = torch.tensor([[0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 0, 0, 0]])
@@ -359,7 +362,7 @@ def _load_encoder_weights_cases() -> list[Case]:
             encoder_errors_case(), real_encoder_case()]
 
 
-@NOTEBOOK.exercise("mean_pool")
+@NOTEBOOK.exercise("mean_pool", parts=("core", "validation"))
 def _mean_pool_cases() -> list[Case]:
     """Check ``mean_pool(hidden, attention_mask) -> (B, D)``: the mean over real tokens, hidden's dtype."""
     return [pool_case(31, 3, 6, 5, [6, 2, 4], torch.float64, torch.bool),

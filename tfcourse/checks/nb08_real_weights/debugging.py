@@ -81,7 +81,7 @@ def divergence_errors_case() -> Case:
                   "; expected ValueError", hint=HINTS["no_count_check"])
 
     return make_case("first_divergent_layer", "ValueError when the models have different numbers of blocks", [call],
-                     judge, part="edges")
+                     judge, part="validation")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,13 +125,13 @@ def rollout_empty_case() -> Case:
     return make_case("attention_rollout", "ValueError for an empty list", [Call("attention_rollout", ([],))], judge)
 
 
-@NOTEBOOK.exercise("first_divergent_layer", parts=("core", "edges"))
+@NOTEBOOK.exercise("first_divergent_layer", parts=("core", "edges", "validation"))
 def _first_divergent_layer_cases() -> list[Case]:
     """Check ``first_divergent_layer(model_a, model_b, input_ids, atol=1e-4) -> int | None``.
 
     part: "core" (bugs at known blocks, equal models, differences below atol, only atol decides)
-    or "edges" (NaN, a bug after the last block, a bug in the embedding, models left as found,
-    ValueError); None: both."""
+    , "edges" (NaN, a bug after the last block, a bug in the embedding, models left as found) or
+    "validation" (the ValueError for different block counts); None: all."""
     return [
         divergence_case("a perturbed FFN at block 1 of 4 (both sequences differ from there on)", 1,
                         {"bug": "ffn", "layer": 1, "size": 0.5}),

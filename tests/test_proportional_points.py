@@ -1,0 +1,146 @@
+"""Proportional points: the core test cell pays for the core computation.
+
+A stated extra (the ``ValueError``s a task cell asks for; half-precision handling) is scored by a
+test cell of its own, never by the core cell, and the extras of an exercise are worth at most a
+third of its points (docs/grading.md, "Proportional points"). So a correct computation that lacks
+only the stated input validation keeps at least two thirds of the exercise.
+
+What is an extra is derived, not listed: a case is a validation case when the course's reference
+solution raises on one of its calls (the contract asks for that error), whichever part the case
+says it belongs to. The tests then check, for every graded exercise, visible and hidden cases
+alike, that no validation case sits in the core cell or shares a cell with a case of the
+computation, and that the extra cells' points add up to at most a third. Through the real grader,
+each exercise's catalogue entry "correct math, no validation" (the base with its checks deleted)
+keeps every other test cell and loses only the validation cell.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader.build import SOLUTIONS
+from grader.cases import cases_for, reference_outcomes
+from grader.course import load_course
+from grader.grading import grade_submission
+from tests.catalogue import load_catalogues
+from tfcourse.notebook import CORE_PART
+
+VALIDATION, HALF = "validation", "half"
+EXTRA_PARTS = (VALIDATION, HALF)
+NO_VALIDATION = "correct math, no validation"
+CONTRACT_ERRORS = ("ValueError", "TypeError")
+
+
+def _raises(notebook: str, case) -> bool:
+    """Whether the reference solution raises one of the contract's errors on a call of ``case``."""
+    return any(o.kind == "error" and o.error_type in CONTRACT_ERRORS for o in reference_outcomes(notebook, case))
+
+
+def violations(points: dict[str, float], cases: Iterable[tuple[str, bool]]) -> list[str]:
+    """What breaks the rule for one exercise: ``points`` is ``{part: points}``, ``cases`` the
+    ``(part, is_validation)`` of each of its cases. Empty when the exercise follows it."""
+    found = []
+    kinds: dict[str, set[bool]] = {}
+    for part, is_validation in cases:
+        kinds.setdefault(part, set()).add(is_validation)
+    if True in kinds.get(CORE_PART, set()):
+        found.append("a validation case is scored by the core test cell")
+    for part, seen in kinds.items():
+        if part != CORE_PART and seen == {True, False}:
+            found.append(f"test cell {part!r} scores validation cases and cases of the computation together")
+        if True in seen and part != VALIDATION:
+            found.append(f"validation cases are scored by {part!r}, not by the {VALIDATION!r} test cell")
+        if part == VALIDATION and False in seen:
+            found.append(f"the {VALIDATION!r} test cell scores a case on which the reference does not raise")
+    total = sum(points.values())
+    extra = sum(p for part, p in points.items() if part in EXTRA_PARTS)
+    if total and extra * 3 > total:
+        found.append(f"the extras ({', '.join(p for p in points if p in EXTRA_PARTS)}) are worth {extra:g} "
+                     f"of {total:g} points, more than a third")
+    return found
+
+
+def test_the_rule_catches_a_validation_case_in_the_core_cell_and_extras_worth_too_much():
+    ok = {"core": 1.5, VALIDATION: 0.5}
+    assert violations(ok, [("core", False), (VALIDATION, True)]) == []
+    assert violations(ok, [("core", False), ("core", True)])  # a ValueError case put back into core
+    assert violations({"core": 2, "tanh": 1}, [("core", False), ("tanh", False), ("tanh", True)])
+    assert violations({"core": 1, VALIDATION: 1}, [("core", False), (VALIDATION, True)])  # half the points
+    assert violations({"core": 2, HALF: 1.5}, [("core", False), (HALF, False)])
+
+
+@pytest.mark.parametrize("notebook", [pytest.param(nb, marks=[pytest.mark.slow] if nb == "08_real_weights" else [])
+                                      for nb in sorted(load_course())])  # 08 runs real checkpoints: ~1 min
+def test_a_stated_extra_has_its_own_test_cell_worth_at_most_a_third(notebook):
+    problems = []
+    for ex in load_course()[notebook].exercises:
+        if not ex.points:  # an optional challenge: 0 points, nothing to share
+            continue
+        cases = [(case.part, _raises(notebook, case)) for case in cases_for(notebook, ex.name)]
+        problems += [f"{ex.name}: {v}" for v in violations(dict(ex.parts), cases)]
+    assert not problems, "\n".join(problems)
+
+
+def _affected() -> dict[str, list[str]]:
+    """``{notebook: [exercise, ...]}``: the graded exercises that have a validation test cell."""
+    found: dict[str, list[str]] = {}
+    for name, nb in load_course().items():
+        for ex in nb.exercises:
+            if ex.points and VALIDATION in dict(ex.parts):
+                found.setdefault(name, []).append(ex.name)
+    return found
+
+
+def _no_validation_entry(notebook: str, exercise: str):
+    entries = [e for e in load_catalogues()[notebook].WRONG.get(exercise, []) if e.name == NO_VALIDATION]
+    return entries[0] if entries else None
+
+
+def test_every_exercise_with_a_validation_cell_has_a_correct_math_no_validation_entry():
+    missing = [f"{nb}/{ex}" for nb, exercises in _affected().items() for ex in exercises
+               if _no_validation_entry(nb, ex) is None]
+    assert not missing, f"no catalogue entry {NO_VALIDATION!r} for: {', '.join(missing)}"
+    for nb, exercises in _affected().items():
+        for ex in exercises:
+            source = _no_validation_entry(nb, ex).source
+            assert not re.search(r"^\s*raise ValueError", source, re.M) or ex == "KVCache", (nb, ex, source)
+
+
+def _submission(notebook: str, exercises: list[str], root: Path) -> Path:
+    """The solutions notebook with each of ``exercises`` replaced by its no-validation entry."""
+    nb = nbformat.read(SOLUTIONS / f"{notebook}.ipynb", as_version=4)
+    for cell in nb.cells:
+        name = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if name in exercises:
+            cell.source = _no_validation_entry(notebook, name).source
+    folder = root / notebook
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / f"{notebook}.ipynb")
+    return folder
+
+
+def _grader_params():
+    # one notebook in the fast tier, the others with the slow tier
+    return [pytest.param(nb, marks=[] if i == 0 else [pytest.mark.slow], id=nb)
+            for i, nb in enumerate(sorted(_affected()))]
+
+
+@pytest.mark.parametrize("notebook", _grader_params())
+def test_correct_math_without_validation_keeps_two_thirds_through_the_grader(notebook, tmp_path):
+    exercises = _affected()[notebook]
+    report = grade_submission(_submission(notebook, exercises, tmp_path), notebooks=[notebook])
+    (nb_report,) = report["notebooks"]
+    rows = {r["exercise"]: r for r in nb_report["exercises"]}
+    for name in exercises:
+        r = rows[name]
+        parts = {p["test_cell"]: p["passed"] for p in r["parts"]}
+        assert parts.pop(f"test_{name}__{VALIDATION}") is False, f"{name}: the validation cell passed:\n{r['feedback']}"
+        assert all(parts.values()), f"{name}: lost more than the validation cell: {parts}\n{r['feedback']}"
+        assert r["score"] * 3 >= 2 * r["max_score"], f"{name}: {r['score']}/{r['max_score']}"
+    others = [r for n, r in rows.items() if n not in exercises]
+    assert all(r["status"] == "passed" for r in others), [(r["exercise"], r["status"]) for r in others]

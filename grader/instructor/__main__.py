@@ -99,7 +99,7 @@ def _learner_env(args, parser) -> int:
     if args.download:
         index = None if args.torch_index.lower() == "none" else args.torch_index
         for command in download(path, args.out, torch_index=index):
-            print(f"ran pip {command}")
+            print(f"ran {command}")
         print(f"offline install: pip install --no-index --find-links {args.out} "
               f"{'torch ' if index else ''}{path.name.split('-')[0]}=={path.name.split('-')[1]}")
     return 0

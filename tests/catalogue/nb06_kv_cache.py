@@ -522,26 +522,24 @@ def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator
     return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
 '''
 
-SAMPLE_WRONG = [
-    _e("top-p before top-k (the nucleus of the whole distribution)",
-       _variant(_SAMPLE, ('''
-    if top_k is not None:
+
+# the base's top-k and top-p blocks, which an entry swaps
+_SAMPLE_TOP_K = """    if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None:
-    ...
-        logits = logits.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
-''', '''
-    if top_p is not None:
+"""
+_SAMPLE_TOP_P = """    if top_p is not None:
         sorted_logits, idx = logits.sort(dim=-1, descending=True)
         probs = sorted_logits.softmax(-1)
         remove = probs.cumsum(-1) - probs >= top_p
         remove[:, 0] = False
         logits = logits.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
-    if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-''')),
+"""
+assert _SAMPLE_TOP_K + _SAMPLE_TOP_P in _SAMPLE
+
+SAMPLE_WRONG = [
+    _e("top-p before top-k (the nucleus of the whole distribution)",
+       _variant(_SAMPLE, (_SAMPLE_TOP_K + _SAMPLE_TOP_P, _SAMPLE_TOP_P + _SAMPLE_TOP_K)),
        "apply top-k first, then top-p"),
     _e("the sort undone with gather(-1, order)",
        _variant(_SAMPLE, ('logits = logits.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))',

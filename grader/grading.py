@@ -219,6 +219,7 @@ class _Tally:
         self.first: Any = None
         self.part_ok: dict[str, list[bool]] = {part: [] for part, _ in ex.parts}
         self.part_first: dict[str, Any] = {}  # the first failed check of each test cell
+        self.note = ""  # the first finding that costs nothing (an input written in place)
 
 
 def _tally_cases(nb: Notebook, ex: Exercise, run: ExerciseRun, cases: list[Case], device: str,
@@ -236,6 +237,7 @@ def _tally_cases(nb: Notebook, ex: Exercise, run: ExerciseRun, cases: list[Case]
                               f"{test_cell_id(name, case.part)}, which solutions/{nb.name}.ipynb lacks")
         expected = _reference_outcomes(nb.name, case) if case.reference else None
         result = judge_case(case, outcomes, expected, device)
+        tally.note = tally.note or result.note
         tally.part_ok[case.part].append(result.status == "passed")
         if result.status == "passed":
             tally.passed += 1
@@ -279,6 +281,8 @@ def _verdict(nb: Notebook, ex: Exercise, tally: _Tally, total: int, limits: Limi
     passed, first = tally.passed, tally.first
     parts = _part_rows(ex, tally, limits)
     score = round(sum(p["score"] for p in parts), 4)
+    if tally.note:  # costs nothing: the rule is scored only where a test cell states it
+        note = f"\n  note (no points lost): {tally.note}{note}"
     if first is None and all(p["passed"] for p in parts):
         return _exercise(name, "passed", points, f"✓ {name}: all {total} checks passed{note}", score=score,
                          cases_passed=passed, cases_total=total, parts=parts)

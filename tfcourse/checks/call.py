@@ -164,6 +164,13 @@ class Call:
     # ((5, 33),) refuses (B, 5, 33) and (5, 33). The outcome is then an error of type
     # FORBIDDEN_SHAPE naming the op (a rule the task states: a tensor the answer must not build).
     forbid_shapes: tuple[tuple[int, ...], ...] = ()
+    # a plain function call run twice on the very same argument objects (one generator, one logits
+    # tensor): the outcome is the first call's result, the second's, then every tensor argument as
+    # it is after both calls. The grading process judges all three against what the arguments were
+    # (an answer that writes into its input, ``logits /= temperature``, computes the second result
+    # from the written values, and the arguments come back changed): "the inputs are left
+    # unwritten", derived from values, not from a comparison made in the child.
+    twice: bool = False
 
     def on_device(self) -> bool:
         """Whether the answer should live on the run's device: a tensor argument or DEVICE
@@ -200,6 +207,8 @@ class Call:
             text += ", watching the shape of every intermediate tensor"
         if self.grad_of:
             text += ", then backward: the gradients of " + ", ".join(f"`{n}`" for n in self.grad_of)
+        if self.twice:
+            text += ", called twice on the same tensors"
         return text
 
 
@@ -291,10 +300,10 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
     """Run ``call`` against the objects in ``namespace``; never raises (except KeyboardInterrupt
     in a notebook, so that the stop button still works).
 
-    An answer that changes a tensor it was given (an argument or a forward input) gets an error
-    outcome of type ``MODIFIED_INPUT`` instead of its result: the course's functions and modules
-    leave their inputs as they were (docs/conventions.md), as a caller that keeps using the
-    tensor (a residual stream, a KV cache) relies on.
+    An answer that changes a tensor it was given (an argument or a forward input) keeps its
+    result; the outcome's ``note`` says which tensor changed (a warning that costs nothing: the
+    comparison is made here, where learner code can reach it). Where a task states that the inputs
+    are left unwritten, a test cell of its own scores it from values (``Call.twice``).
 
     With ``call.steps``, the outcome is the results of every step (after the forward call's, if
     any) flattened in order: a tensor counts one, a tuple or list of tensors one per tensor, a
@@ -305,7 +314,11 @@ def run_call(call: Call, namespace: dict[str, Any], device: torch.device | str |
     if target is None:
         return Outcome("error", error_type="NameError", error_message=f"`{call.target}` is not defined")
     try:
-        return _CallRun(call, namespace, target, device).outcome()
+        run = _CallRun(call, namespace, target, device)
+        outcome = run.outcome()
+        if run.note and not outcome.note:
+            outcome.note = run.note
+        return outcome
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit too: learner code must not end the check
@@ -327,6 +340,11 @@ class _CallRun:
         self.instances = _Instances(namespace, target)
         self.result: Any = None  # what the call returned; after a forward call, what that returned
         self.results: list[Any] = []  # the forward call's and the steps' results, in order
+        self.note = ""  # the first argument the answer wrote into (evidence.modified_input), if any
+
+    def _watch(self, watched: list[tuple[str, torch.Tensor, torch.Tensor]]) -> None:
+        if not self.note and (modified := modified_input(watched)) is not None:
+            self.note = modified.error_message
 
     def _materialize(self, value: Any) -> Any:
         return _materialize(value, self.device, self.instances)
@@ -336,14 +354,14 @@ class _CallRun:
         args = self._materialize(call.args)
         kwargs = self._materialize(call.kwargs)
         watched = watch_inputs(self.target, args, kwargs)
+        if call.twice:
+            return self._twice(args, kwargs, watched)
         if call.grad_of and call.forward_args is None and call.state is None:
             result = call_and_gradients(self.target, call.grad_of, args, kwargs)
-            if (modified := modified_input(watched)) is not None:
-                return modified
+            self._watch(watched)
             return result if isinstance(result, Outcome) else outcome_of(result)
         self.result = self.target(*args, **kwargs)
-        if (modified := modified_input(watched)) is not None:
-            return modified
+        self._watch(watched)
         if call.state is not None and (stop := self._load_state(call.state)) is not None:
             return stop
         rows = RowCounter(self.result, call.count_rows_of) if call.count_rows_of else None
@@ -362,6 +380,23 @@ class _CallRun:
         if not call.steps and rows is None:
             return outcome_of(self.result)
         return _flattened(self.results)
+
+    def _twice(self, args: tuple, kwargs: dict, watched: list) -> Outcome:
+        """``Call.twice``: the two results and the tensor arguments as they are after both calls."""
+        call = self.call
+        if call.state is not None or call.forward_args is not None or call.steps or call.grad_of or \
+                call.count_rows_of or call.forbid_shapes:
+            raise ValueError("Call.twice is for a plain function call (no state, forward, steps or evidence)")
+        first = _flattened([self.target(*args, **kwargs)])  # kept now: an answer may return its input
+        if not first.ok:
+            return first
+        second = _flattened([self.target(*args, **kwargs)])
+        if not second.ok:
+            return second
+        self._watch(watched)
+        after = _flattened([t for _, t, _ in watched])
+        return Outcome("tuple", first.tensors + second.tensors + after.tensors,
+                       first.devices + second.devices + after.devices)
 
     def _load_state(self, state: dict[str, torch.Tensor]) -> Outcome | None:
         """The weights loaded by name into the module the call returned (in their dtype)."""
@@ -390,8 +425,7 @@ class _CallRun:
         else:
             with torch.no_grad(), shapes:
                 self.result = module(*forward_args, **forward_kwargs)
-        if (modified := modified_input(watched)) is not None:
-            return modified
+        self._watch(watched)
         if (forbidden := shapes.outcome()) is not None:
             return forbidden
         self.results.append(self.result)
@@ -417,8 +451,7 @@ class _CallRun:
         watched = watch_inputs(signature_of, step_args, step_kwargs)
         with torch.no_grad(), shapes:
             value = fn(*step_args, **step_kwargs)
-        if (modified := modified_input(watched)) is not None:
-            return modified
+        self._watch(watched)
         if (forbidden := shapes.outcome()) is not None:
             return forbidden
         self.results.append(value)

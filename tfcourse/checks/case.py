@@ -95,6 +95,7 @@ class CaseResult:
     status: str
     message: str = ""
     error: Outcome | None = None
+    note: str = ""  # a finding that costs nothing (Outcome.note): the answer wrote into an input
 
 
 class _CallRaised(Exception):
@@ -316,6 +317,12 @@ _VERDICT_ERRORS = {MODIFIED_INPUT: "changed its input in place",
 def judge_case(case: Case, outcomes: list[Outcome], expected: list[Outcome] | None = None,
                device: str = "cpu") -> CaseResult:
     """Decide one case from plain outcomes. Never runs the code under test."""
+    result = _judged(case, outcomes, expected, device)
+    result.note = next((o.note for o in outcomes if o.note), "")
+    return result
+
+
+def _judged(case: Case, outcomes: list[Outcome], expected: list[Outcome] | None, device: str) -> CaseResult:
     judge = Judge(case, outcomes, expected, device)
     try:
         case.judge(judge)

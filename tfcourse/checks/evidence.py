@@ -178,8 +178,8 @@ def modified_input(watched: list[tuple[str, torch.Tensor, torch.Tensor]]) -> Out
         if not unchanged(t, copy):
             return Outcome("error", error_type=MODIFIED_INPUT, error_message=(
                 f"the tensor passed as {name} was changed in place (the caller's tensor is different "
-                "after the call): compute a new tensor (x = x * s), don't write into the input "
-                "(x *= s, x.mul_(s), x[...] = ...)"))
+                "after the call): compute a new tensor (x = x * s), or clone it first (x = x.clone()), "
+                "don't write into the input (x *= s, x.mul_(s), x[...] = ...)"))
     return None
 
 

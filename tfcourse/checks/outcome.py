@@ -47,6 +47,9 @@ class Outcome:
     error_cell: str = ""  # the file/cell name of the innermost frame that raised
     error_function: str = ""  # the qualified name of the function that raised, e.g. "MHA.__init__"
     type_name: str = ""
+    # a finding that costs nothing (the answer wrote into an input it was given, where no test cell
+    # scores that): shown next to the verdict, never a failure
+    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -101,7 +104,8 @@ def outcome_of_exception(exc: BaseException) -> Outcome:
     )
 
 
-# The error type of an answer that changed a tensor it was given (see run_call).
+# The error type of an answer that changed a tensor it was given (a unit of evidence.modified_input:
+# run_call turns it into an Outcome.note, which costs nothing; Call.twice scores the rule).
 MODIFIED_INPUT = "ModifiedInput"
 # The error type of a module whose parameter got no gradient from a backward pass (Call.grad_of).
 NO_GRADIENT = "NoGradient"

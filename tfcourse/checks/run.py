@@ -129,7 +129,9 @@ def reference_dependencies(exercise: str, obj: Any, notebook: NotebookChecks | N
     return sorted(set(found))
 
 
-def _first_failure(exercise: str, cases: list[Case], namespace: dict[str, Any]) -> CheckFailed | None:
+def _first_failure(exercise: str, cases: list[Case], namespace: dict[str, Any],
+                   notes: list[str] | None = None) -> CheckFailed | None:
+    """The first case's failure, or None; ``notes`` collects the findings that cost nothing."""
     for case in cases:
         outcomes = [run_call(c, namespace) for c in case.calls]
         if not_attempted(outcomes):
@@ -138,6 +140,8 @@ def _first_failure(exercise: str, cases: list[Case], namespace: dict[str, Any]) 
             failure.own_stub = _stub_owner(outcomes) not in names - {exercise}  # type: ignore[attr-defined]
             return failure
         result = judge_case(case, outcomes)
+        if notes is not None and result.note:
+            notes.append(result.note)
         if result.status != "passed":
             return CheckFailed(result.message)
     return None
@@ -226,8 +230,9 @@ def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = Tr
                           "  the grader hides that module (importing it there raises ModuleNotFoundError)\n"
                           f"  use your own {names} from this notebook instead, then run the cell again")
     namespace = {**(also or {}), exercise: obj}
+    notes: list[str] = []
     failure, stood = with_stand_ins(exercise, obj, notebook,
-                                    lambda ns: _first_failure(exercise, selected, ns), namespace)
+                                    lambda ns: _first_failure(exercise, selected, ns, notes), namespace)
     if failure is not None:
         raise failure
     if verbose:
@@ -237,4 +242,6 @@ def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = Tr
         if stood:
             line += (f" (with the course's {', '.join(f'`{n}`' for n in stood)} in place of yours, which "
                      "fails its own check: one bug costs points once)")
+        if notes:  # costs nothing here: the rule is scored only where a test cell states it
+            line += f"\n  note (no points lost): {notes[0]}"
         print(line)

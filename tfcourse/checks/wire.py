@@ -56,6 +56,7 @@ def call_to_json(call: Call, tensors: dict[str, torch.Tensor], prefix: str) -> d
                    "attribute": bool(st.attribute)} for st in call.steps],
         "count_rows_of": call.count_rows_of,
         "forbid_shapes": [[int(n) for n in p] for p in call.forbid_shapes],
+        "twice": bool(call.twice),
     }
 
 
@@ -89,6 +90,7 @@ def call_from_json(spec: dict, tensors: dict[str, torch.Tensor]) -> Call:
                          bool(st["attribute"])) for st in spec.get("steps", [])),
         count_rows_of=str(spec.get("count_rows_of", "")),
         forbid_shapes=tuple(tuple(int(n) for n in p) for p in spec.get("forbid_shapes", [])),
+        twice=bool(spec.get("twice", False)),
     )
 
 
@@ -103,7 +105,7 @@ def outcome_to_json(outcome: Outcome, tensors: dict[str, torch.Tensor], prefix: 
     return {"kind": outcome.kind, "tensors": keys, "devices": outcome.devices,
             "error_type": outcome.error_type, "error_message": outcome.error_message,
             "error_cell": outcome.error_cell, "error_function": outcome.error_function,
-            "type_name": outcome.type_name}
+            "type_name": outcome.type_name, "note": outcome.note}
 
 
 # C0 and C1 control characters other than tab and newline (NUL, ESC sequences that would drive a
@@ -140,10 +142,11 @@ def outcome_from_json(spec: Any, tensors: dict[str, torch.Tensor]) -> Outcome:
         if type(t) is not torch.Tensor:
             raise ValueError(f"outcome tensor {key!r} is missing")
         found.append(t)
-    text = {f: spec.get(f, "") for f in ("error_type", "error_message", "error_cell", "error_function", "type_name")}
+    text = {f: spec.get(f, "") for f in ("error_type", "error_message", "error_cell", "error_function", "type_name",
+                                            "note")}
     if not all(isinstance(v, str) for v in text.values()) or not all(isinstance(d, str) for d in devices):
         raise ValueError("malformed outcome text")
     if spec["kind"] in ("tensor", "tuple") and not found:
         raise ValueError("an outcome with no tensors")
-    text = {f: safe_text(v[:2000 if f == "error_message" else 200]) for f, v in text.items()}
+    text = {f: safe_text(v[:2000 if f in ("error_message", "note") else 200]) for f, v in text.items()}
     return Outcome(spec["kind"], found, [safe_text(d[:32]) for d in devices], **text)

@@ -617,6 +617,11 @@ def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator
                 ("if top_k is not None:", "if top_k:"),
                 ("if top_p is not None:", "if top_p:")),
        "raise ValueError for temperature < 0"),
+    # correct math that writes into the caller's logits: it loses the unwritten cell only
+    # (tests/test_unwritten_cell.py grades it, and the forgeries of the old in-child detector)
+    _e("logits divided in place (logits /= temperature)",
+       _variant(_SAMPLE, ("    logits = logits / temperature", "    logits /= temperature")),
+       "clone first"),
     _e("correct math, no validation",
        _variant(_SAMPLE, ('    if temperature < 0:', None),
                          ('        raise ValueError("temperature must be >= 0")', None),

@@ -22,7 +22,8 @@ from .cases import NOTEBOOK, error_hints, make_case, randn, step_tensors
 from .hint_texts import HINTS
 from .mistakes import SAMPLING, filtered_probs
 
-__all__ = ["GENERATOR", "N_DRAWS", "PROBE", "ROW_A", "ROW_B", "penalty_oracle", "probe", "record_case", "require_ints", "sampling_case", "tokens_of"]
+__all__ = ["GENERATOR", "N_DRAWS", "PROBE", "ROW_A", "ROW_B", "penalty_oracle", "probe", "record_case", "require_ints",
+           "sampling_case", "tokens_of", "unwritten_case"]
 
 PROBE = "tfcourse.checks.nb06_kv_cache.probes:ProbeLM"
 GENERATOR = "tfcourse.checks.nb06_kv_cache.probes:seeded_generator"
@@ -95,6 +96,56 @@ def sampling_case(title: str, rows: torch.Tensor, seed: int, *, temperature: flo
     return case
 
 
+def unwritten_case(title: str, rows: torch.Tensor, seed: int, *, temperature: float, top_k: int | None = None,
+                   top_p: float | None = None, n: int = N_DRAWS, exercise: str = "sample_next_token") -> Case:
+    """"The logits are left unwritten", judged from values in the grading process: one call
+    (``Call.twice``) runs the answer twice on the very same logits tensor and generator, and returns
+    both draws and the logits as they are afterwards. The logits must come back as given, and both
+    draws must follow the distribution of the logits as given: an answer that writes into them
+    (``logits /= temperature`` divides twice, ``masked_fill_`` leaves -inf behind) fails here, and
+    only here (its single calls elsewhere compute from logits it has not written yet)."""
+    r, vocab = rows.shape
+    logits = rows.repeat_interleave(n, dim=0)  # (R·n, V)
+    kwargs: dict = {"temperature": temperature, "top_k": top_k, "top_p": top_p,
+                    "generator": Instance(GENERATOR, (seed, DEVICE))}
+    call = Call(exercise, (logits,), {k: v for k, v in kwargs.items() if v is not None}, twice=True)
+    expected = filtered_probs(rows, temperature, top_k, top_p)  # (R, V)
+
+    def judge(j: Judge) -> None:
+        tensors = j.values(0, n=3, names=("the first call's tokens", "the second call's tokens",
+                                          "logits after both calls"))
+        first, second, after = tensors
+        for name, got in (("first", first), ("second", second)):
+            j.require(tuple(got.shape) == (r * n,) and got.dtype == torch.int64,
+                      f"the {name} call returned shape {tuple(got.shape)} {got.dtype}; expected ({r * n},) int64")
+        if tuple(after.shape) != tuple(logits.shape) or not torch.equal(after, logits):
+            changed = (after != logits) if after.shape == logits.shape else None
+            where = ""
+            if changed is not None and changed.any():
+                idx = tuple(int(i) for i in changed.nonzero()[0])
+                where = f"; first at {list(idx)}: given {float(logits[idx]):.6g}, now {float(after[idx]):.6g}"
+            j.fail(f"the logits you were given are different after the calls{where}",
+                   hint="compute new tensors (scores = logits / temperature, masked_fill without an underscore) "
+                        "or clone first (scores = logits.clone()); don't write into logits (/=, masked_fill_, "
+                        "scores[...] = ...)")
+        for name, got in (("first", first), ("second", second)):
+            counts = torch.stack([torch.bincount(got[i * n: (i + 1) * n], minlength=vocab)
+                                  for i in range(r)]).double()
+            bad = [i for i in range(r) if not _fits(counts[i], expected[i], n)]
+            if bad:
+                i = bad[0]
+                err = (counts[i] / n - expected[i]).abs() - _tolerance(expected[i], n)
+                v = int(err.argmax())
+                j.fail(f"the {name} of two calls on the same logits and generator drew token {v} of row {i} with "
+                       f"frequency {float(counts[i, v]) / n:.4f} in {n} draws; its probability is "
+                       f"{float(expected[i, v]):.4f}",
+                       "(the distribution of the logits as given; the core and filters checks judge one call)",
+                       hint="the second call saw other logits: don't write into logits (/=, masked_fill_); "
+                            "compute new tensors or clone first" if name == "second" else None)
+
+    return make_case(exercise, title, [call], error_hints(judge), seed=seed, part="unwritten")
+
+
 def tokens_of(j: Judge, count: int) -> torch.Tensor:
     """The (count,) int64 tokens a sample_next_token call returned; (count, 1) gets its own hint."""
     o = j.outcomes[0]
@@ -158,12 +209,13 @@ ROW_B = torch.tensor([0.1, 0.9, -0.4, 1.6, 0.6, -1.1, 1.3, -0.2], dtype=torch.fl
 ROW_ORDER = torch.tensor([-1.0, 0.8, 2.1, 0.7, 1.9, 1.0, 1.1, 0.3], dtype=torch.float64)
 
 
-@NOTEBOOK.exercise("sample_next_token", parts=("core", "filters", "validation"))
+@NOTEBOOK.exercise("sample_next_token", parts=("core", "filters", "validation", "unwritten"))
 def _sampling_cases() -> list[Case]:
     """Check ``sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None)``.
 
-    part: "core" (greedy, temperature, the generator), "filters" (top-k, top-p) or "validation"
-    (the ValueErrors); None: all. Sampling is judged statistically (20 000 draws per row, tolerance in the message)."""
+    part: "core" (greedy, temperature, the generator), "filters" (top-k, top-p), "validation"
+    (the ValueErrors) or "unwritten" (two calls on the same logits: they come back unchanged and
+    both draws follow them); None: all. Sampling is judged statistically (20 000 draws per row, tolerance in the message)."""
     both = torch.stack((ROW_A, ROW_B))
     return [
         _greedy_case("temperature 0 is greedy: argmax of every row (float32), never a division by zero", 6401,
@@ -188,6 +240,9 @@ def _sampling_cases() -> list[Case]:
         sampling_case("top_p = 1.0 keeps every token", both, 6511, top_p=1.0, part="filters"),
         sampling_case("temperature 1.5, then top_p = 0.5 on softmax(logits / 1.5): the temperature changes which "
                       "tokens the nucleus keeps", both, 6521, temperature=1.5, top_p=0.5, part="filters"),
+        unwritten_case("logits left unwritten: two calls on the same logits and generator (temperature 0.7, "
+                       "top_k = 4, top_p = 0.85) draw from the logits as given, which come back unchanged", both,
+                       6531, temperature=0.7, top_k=4, top_p=0.85),
     ]
 
 
@@ -414,12 +469,40 @@ def _penalty_errors() -> Case:
     return make_case("apply_repetition_penalty", "ValueError for penalty <= 0", calls, judge)
 
 
-@NOTEBOOK.exercise("apply_repetition_penalty")
+def _penalty_unwritten(seed: int) -> Case:
+    """The inputs left unwritten, from values: two calls on the same tensors (``Call.twice``)
+    both give the penalised logits, and the logits and ids come back as given."""
+    logits = randn(seed, 3, 12, scale=2.0, dtype=torch.float64)
+    ids = torch.randint(0, 6, (3, 7), generator=make_generator(seed + 1))
+    want = penalty_oracle(logits, ids, 1.3)
+    call = Call("apply_repetition_penalty", (logits, ids, 1.3), twice=True)
+
+    def judge(j: Judge) -> None:
+        names = ("the first call's output", "the second call's output", "logits after both calls",
+                 "input_ids after both calls")
+        first, second, after, ids_after = j.values(0, n=4, names=names)
+        for name, got, given in (("logits", after, logits), ("input_ids", ids_after, ids)):
+            j.require(got.shape == given.shape and torch.equal(got, given),
+                      f"the {name} you were given are different after the calls",
+                      hint="compute a new tensor (logits.scatter without an underscore) or clone first "
+                           "(out = logits.clone()); don't write into the input (scatter_, out[...] = ... on logits)")
+        for name, got in (("first", first), ("second", second)):
+            j.close(got, want, name=f"the {name} call's output", oracle="each row's distinct ids penalised once")
+
+    return make_case("apply_repetition_penalty", "the inputs left unwritten: two calls on the same logits and ids "
+                     "give the same penalised logits, and both come back unchanged", [call], judge, seed=seed,
+                     part="unwritten")
+
+
+@NOTEBOOK.exercise("apply_repetition_penalty", parts=("core", "unwritten"))
 def _penalty_cases() -> list[Case]:
-    """Check ``apply_repetition_penalty(logits, input_ids, penalty)`` (optional, 0 points)."""
+    """Check ``apply_repetition_penalty(logits, input_ids, penalty)`` (optional, 0 points).
+
+    part: "core" (the penalty, the ValueError) or "unwritten" (two calls on the same tensors)."""
     return [
         _penalty_case("penalty 1.3 on (B, V) = (3, 12) logits of both signs, ids with repeats (float64)", 6701, 3, 12,
                       9, 1.3, torch.float64),
         _penalty_case("penalty 0.7 (< 1 favours repeats), float32", 6711, 2, 10, 6, 0.7, torch.float32),
         _penalty_errors(),
+        _penalty_unwritten(6721),
     ]

@@ -1,18 +1,28 @@
 """Proportional points: the core test cell pays for the core computation.
 
-A stated extra (the ``ValueError``s a task cell asks for; half-precision handling) is scored by a
-test cell of its own, never by the core cell, and the extras of an exercise are worth at most a
-third of its points (docs/grading.md, "Proportional points"). So a correct computation that lacks
-only the stated input validation keeps at least two thirds of the exercise.
+A stated extra (the ``ValueError``s a task cell asks for; half-precision handling; leaving the
+inputs unwritten) is scored by a test cell of its own, never by the core cell, and the extras of
+an exercise are worth at most a third of its points (docs/grading.md, "Proportional points"). So a
+correct computation that lacks only a stated extra keeps at least two thirds of the exercise.
 
-What is an extra is derived, not listed: a case is a validation case when the course's reference
-solution raises on one of its calls (the contract asks for that error), whichever part the case
-says it belongs to. The tests then check, for every graded exercise, visible and hidden cases
-alike, that no validation case sits in the core cell or shares a cell with a case of the
-computation, and that the extra cells' points add up to at most a third. Through the real grader,
-each exercise's catalogue entry "correct math, no validation" (the base with its checks deleted)
-keeps every other test cell and loses only the validation cell.
+What is an extra is derived from the cases, not listed:
+
+* a **validation** case: the course's reference solution raises on one of its calls (the contract
+  asks for that error);
+* a **half** case: one of its calls hands the answer a float16 or bfloat16 tensor (an argument,
+  weights, a forward input, a step's argument);
+* an **unwritten** case: one of its calls runs the answer twice on the same tensors and returns
+  them (``Call.twice``): "the inputs are left unwritten", judged from values.
+
+The tests then check, for every graded exercise, visible and hidden cases alike, that no extra
+case sits in the core cell, that each kind sits in the test cell named after it and that cell
+scores nothing else, and that the extra cells' points add up to at most a third. Through the real
+grader, each exercise's catalogue entry "correct math, no validation" (the base with its checks
+deleted) keeps every other test cell and loses only the validation cell, and each entry with the
+right math but no half-precision handling (float16 squares, angles, a -1e9 fill) loses only the
+half cell. tests/test_unwritten_cell.py does the same for an answer that writes into its input.
 """
+
 
 from __future__ import annotations
 
@@ -22,16 +32,18 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
 from grader.build import SOLUTIONS
 from grader.cases import cases_for, reference_outcomes
 from grader.course import load_course
 from grader.grading import grade_submission
 from tests.catalogue import load_catalogues
+from tfcourse.checks.call import Call, Instance, TorchModule
 from tfcourse.notebook import CORE_PART
 
-VALIDATION, HALF = "validation", "half"
-EXTRA_PARTS = (VALIDATION, HALF)
+VALIDATION, HALF, UNWRITTEN = "validation", "half", "unwritten"
+EXTRA_PARTS = (VALIDATION, HALF, UNWRITTEN)
 NO_VALIDATION = "correct math, no validation"
 CONTRACT_ERRORS = ("ValueError", "TypeError")
 
@@ -41,37 +53,87 @@ def _raises(notebook: str, case) -> bool:
     return any(o.kind == "error" and o.error_type in CONTRACT_ERRORS for o in reference_outcomes(notebook, case))
 
 
-def violations(points: dict[str, float], cases: Iterable[tuple[str, bool]]) -> list[str]:
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _holds_half(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.dtype in _HALF_DTYPES
+    if isinstance(value, TorchModule):
+        return _holds_half(value.state)
+    if isinstance(value, Instance):
+        return _holds_half(value.args) or _holds_half(value.kwargs)
+    if isinstance(value, tuple | list):
+        return any(_holds_half(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_half(v) for v in value.values())
+    return False
+
+
+def _half_call(call: Call) -> bool:
+    """Whether ``call`` hands the answer a float16 or bfloat16 tensor anywhere."""
+    return any(_holds_half(v) for v in (call.args, call.kwargs, call.state, call.forward_args, call.forward_kwargs)) \
+        or any(_holds_half(st.args) or _holds_half(st.kwargs) for st in call.steps)
+
+
+def kind_of(notebook: str, case) -> str | None:
+    """The extra a case checks (VALIDATION, HALF or UNWRITTEN), or None for the computation."""
+    if _raises(notebook, case):
+        return VALIDATION
+    if any(_half_call(c) for c in case.calls):
+        return HALF
+    if any(c.twice for c in case.calls):
+        return UNWRITTEN
+    return None
+
+
+def violations(points: dict[str, float], cases: Iterable[tuple[str, str | None]]) -> list[str]:
     """What breaks the rule for one exercise: ``points`` is ``{part: points}``, ``cases`` the
-    ``(part, is_validation)`` of each of its cases. Empty when the exercise follows it."""
+    ``(part, kind)`` of each of its cases (kind: an extra's name, or None for the computation).
+    Empty when the exercise follows it."""
     found = []
-    kinds: dict[str, set[bool]] = {}
-    for part, is_validation in cases:
-        kinds.setdefault(part, set()).add(is_validation)
-    if True in kinds.get(CORE_PART, set()):
-        found.append("a validation case is scored by the core test cell")
+    kinds: dict[str, set[str | None]] = {}
+    for part, kind in cases:
+        kinds.setdefault(part, set()).add(kind)
     for part, seen in kinds.items():
-        if part != CORE_PART and seen == {True, False}:
-            found.append(f"test cell {part!r} scores validation cases and cases of the computation together")
-        if True in seen and part != VALIDATION:
-            found.append(f"validation cases are scored by {part!r}, not by the {VALIDATION!r} test cell")
-        if part == VALIDATION and False in seen:
-            found.append(f"the {VALIDATION!r} test cell scores a case on which the reference does not raise")
+        if points and part not in points:
+            found.append(f"cases are scored by test cell {part!r}, which the exercise does not have")
+        for kind in sorted(k for k in seen if k is not None):
+            if part == CORE_PART:
+                found.append(f"a {kind} case is scored by the core test cell")
+            elif part != kind:
+                found.append(f"{kind} cases are scored by {part!r}, not by the {kind!r} test cell")
+        if part in EXTRA_PARTS and seen - {part}:
+            other = ", ".join(sorted(str(k or "computation") for k in seen - {part}))
+            found.append(f"the {part!r} test cell also scores cases of another kind ({other})")
     total = sum(points.values())
     extra = sum(p for part, p in points.items() if part in EXTRA_PARTS)
-    if total and extra * 3 > total:
+    if total and extra * 3 > total + 1e-9:
         found.append(f"the extras ({', '.join(p for p in points if p in EXTRA_PARTS)}) are worth {extra:g} "
                      f"of {total:g} points, more than a third")
     return found
 
 
-def test_the_rule_catches_a_validation_case_in_the_core_cell_and_extras_worth_too_much():
+def test_the_rule_catches_an_extra_in_the_core_cell_and_extras_worth_too_much():
     ok = {"core": 1.5, VALIDATION: 0.5}
-    assert violations(ok, [("core", False), (VALIDATION, True)]) == []
-    assert violations(ok, [("core", False), ("core", True)])  # a ValueError case put back into core
-    assert violations({"core": 2, "tanh": 1}, [("core", False), ("tanh", False), ("tanh", True)])
-    assert violations({"core": 1, VALIDATION: 1}, [("core", False), (VALIDATION, True)])  # half the points
-    assert violations({"core": 2, HALF: 1.5}, [("core", False), (HALF, False)])
+    assert violations(ok, [("core", None), (VALIDATION, VALIDATION)]) == []
+    assert violations(ok, [("core", None), ("core", VALIDATION)])  # a ValueError case put back into core
+    assert violations({"core": 2, "tanh": 1}, [("core", None), ("tanh", None), ("tanh", VALIDATION)])
+    assert violations({"core": 1, VALIDATION: 1}, [("core", None), (VALIDATION, VALIDATION)])  # half the points
+    assert violations({"core": 2, HALF: 1.5}, [("core", None), (HALF, HALF)])
+    # half precision and the unwritten rule: never in the core cell, never sharing a cell
+    assert violations({"core": 1.5, HALF: 0.5}, [("core", None), (HALF, HALF)]) == []
+    assert violations({"core": 2}, [("core", None), ("core", HALF)])  # RMSNorm's float16 case before
+    assert violations({"core": 2, "batched": 1}, [("core", None), ("batched", None), ("batched", HALF)])
+    assert violations({"core": 1.5, HALF: 0.5}, [("core", None), (HALF, HALF), (HALF, None)])
+    assert violations({"core": 1.5, "filters": 2, VALIDATION: 0.5},
+                      [("core", UNWRITTEN), ("filters", UNWRITTEN), (VALIDATION, VALIDATION)])  # 4 points on it
+    assert violations({"core": 1, "filters": 2, VALIDATION: 0.5, UNWRITTEN: 0.5},
+                      [("core", None), ("filters", None), (VALIDATION, VALIDATION), (UNWRITTEN, UNWRITTEN)]) == []
+    assert violations({"core": 1, HALF: 0.5, VALIDATION: 0.5}, [("core", None), (HALF, HALF), (VALIDATION, VALIDATION)])
+    assert violations({"core": 2}, [("core", None), (HALF, HALF)])  # a half cell the notebook lacks
+    assert violations({"core": 1.5, HALF: 0.25, VALIDATION: 0.25},
+                      [("core", None), (HALF, HALF), (VALIDATION, VALIDATION)]) == []
 
 
 @pytest.mark.parametrize("notebook", [pytest.param(nb, marks=[pytest.mark.slow] if nb == "08_real_weights" else [])
@@ -81,7 +143,7 @@ def test_a_stated_extra_has_its_own_test_cell_worth_at_most_a_third(notebook):
     for ex in load_course()[notebook].exercises:
         if not ex.points:  # an optional challenge: 0 points, nothing to share
             continue
-        cases = [(case.part, _raises(notebook, case)) for case in cases_for(notebook, ex.name)]
+        cases = [(case.part, kind_of(notebook, case)) for case in cases_for(notebook, ex.name)]
         problems += [f"{ex.name}: {v}" for v in violations(dict(ex.parts), cases)]
     assert not problems, "\n".join(problems)
 

@@ -63,10 +63,12 @@ def reference64(notebook: str, call: Call) -> Outcome:
 
 def half_case(notebook: str, exercise: str, title: str, call: Call, dtype: torch.dtype, seed: int, *,
               mistakes: Sequence[Mistake] = (), n: int = 1, names: Sequence[str] | None = None,
-              part: str = "core", wrap: Callable[[Callable[[Judge], None]], Callable[[Judge], None]] | None = None
+              part: str = "half", wrap: Callable[[Callable[[Judge], None]], Callable[[Judge], None]] | None = None
               ) -> Case:
     """A hidden case: ``call`` (half inputs of ``dtype``) must return ``dtype`` tensors that match
-    the reference run in float64 on the same values, within the tolerance of ``dtype``.
+    the reference run in float64 on the same values, within the tolerance of ``dtype``. It is
+    scored by the exercise's ``half`` test cell (docs/grading.md, "Proportional points"): half
+    precision is a stated extra, never the core cell's.
 
     An exception that a float32 constant raises on half input gets its hint
     (:func:`tfcourse.checks.shared.half_precision_errors`); ``wrap`` adds an exercise's own

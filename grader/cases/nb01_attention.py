@@ -118,7 +118,8 @@ def _sdpa_mask(kind: str, t: int, s_len: int, *, empty_row: int, lengths: list[i
 
 
 def _sdpa_half(seed: int) -> list[Case]:
-    """float16 and bfloat16, without a mask (core) and with masks (a query that may attend nothing)."""
+    """float16 and bfloat16, without a mask and with masks (a query that may attend nothing): the
+    ``half`` test cell."""
     out = []
     name = "scaled_dot_product_attention"
     configs = [  # (batch dims, T, S, Dh, Dv, dtype, mask kind)
@@ -136,8 +137,7 @@ def _sdpa_half(seed: int) -> list[Case]:
         kwargs = {} if kind is None else {"mask": _sdpa_mask(kind, t, s_len, empty_row=1, lengths=[8, 3])}
         call = Call(name, tuple(x.to(dtype) for x in (q, k, v)), kwargs)
         out.append(half_case(NOTEBOOK.name, name, f"hidden case: half precision, mask: {kind}", call, dtype, s,
-                             mistakes=MISTAKES[name], n=2, names=("out", "weights"),
-                             part="masks" if kind else "core"))
+                             mistakes=MISTAKES[name], n=2, names=("out", "weights")))
     return out
 
 

@@ -159,10 +159,9 @@ def _mha_half(seed: int) -> list[Case]:
         state = {k: v.to(dtype) for k, v in random_mha_state(s, d, bias, torch.float32).items()}
         call = mha_call(d, h, bias, state, x.to(dtype), None if context is None else context.to(dtype), mask)
         what = "self" if s_len is None else f"cross, S = {s_len}"
-        masked = kind is not None or s_len is not None
         out.append(half_case("02_multi_head_attention", "MultiHeadAttention",
                              f"hidden case: half precision (D = {d}, H = {h}, {what}, mask: {kind})", call, dtype, s,
-                             mistakes=MISTAKES["MultiHeadAttention"], part="cross_and_masks" if masked else "core",
+                             mistakes=MISTAKES["MultiHeadAttention"],
                              wrap=lambda judge: with_error_hints(judge, MHA_ERRORS)))
     return out
 

@@ -149,7 +149,7 @@ def _rmsnorm(seed: int) -> list[Case]:
         x = _randn(g, *shape, scale=scale, shift=shift, dtype=dtype)
         w = _randn(g, shape[-1], scale=0.5, shift=1.0, dtype=dtype)
         out.append(_half("RMSNorm", f"RMSNorm({shape[-1]}) on x {tuple(shape)} ~ {shift:g} ± {scale:g}",
-                         rmsnorm_call(shape[-1], x, w), s, dtype, part="core"))
+                         rmsnorm_call(shape[-1], x, w), s, dtype))
     return out
 
 

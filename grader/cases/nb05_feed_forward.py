@@ -78,7 +78,7 @@ def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, n: int =
                        names=names, part=part, atol=atol, rtol=rtol, wrap=_wrap(exercise))
 
 
-def _half(exercise: str, title: str, call: Call, dtype: torch.dtype, seed: int, part: str = "core") -> Case:
+def _half(exercise: str, title: str, call: Call, dtype: torch.dtype, seed: int, part: str = "half") -> Case:
     return half_case(NOTEBOOK.name, exercise, f"hidden case: half precision, {title}", call, dtype, seed,
                      mistakes=MISTAKES[exercise], part=part, wrap=_wrap(exercise))
 
@@ -106,7 +106,7 @@ def _gelu(seed: int) -> list[Case]:
             s = seed * 1000 + 160 + 10 * i + k
             x = _randn(make_generator(s), 4, 64, scale=3.0, dtype=dtype)
             out.append(_half("gelu", f'approximate="{form}", x (4, 64)', Call("gelu", (x,), {"approximate": form}),
-                             dtype, s, part="core" if form == "none" else "tanh"))
+                             dtype, s))
     return out
 
 

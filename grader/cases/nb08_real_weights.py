@@ -163,7 +163,8 @@ def _mean_pool(seed: int) -> list[Case]:
         lengths = torch.randint(1, t + 1, (b,), generator=g)
         mask = (torch.arange(t)[None] < lengths[:, None]).to(mask_dtype)
         out.append(_hidden("mean_pool", f"(B, T, D) = ({b}, {t}, {d}) {fmt_dtype(dtype)}, a {fmt_dtype(mask_dtype)} "
-                           f"mask, real tokens {lengths.tolist()}", [Call("mean_pool", (hidden, mask))], s))
+                           f"mask, real tokens {lengths.tolist()}", [Call("mean_pool", (hidden, mask))], s,
+                           part="half" if dtype == torch.bfloat16 else "core"))
     return out
 
 

@@ -29,9 +29,12 @@ def _case(exercise: str, title: str, calls: list[Call], judge, seed: int | None 
     return Case(exercise, title, calls, judge, seed=seed, mistakes=MISTAKES[exercise], part=part)
 
 
-@NOTEBOOK.exercise("softmax")
+@NOTEBOOK.exercise("softmax", parts=("core", "half"))
 def _softmax_cases() -> list[Case]:
-    """Check ``softmax(x, dim=-1)``."""
+    """Check ``softmax(x, dim=-1)``.
+
+    part: "core" (float64/float32, any dim, large logits, -inf slices) or "half" (float16 logits),
+    the two test cells that score it; None checks both."""
     cases = []
     x = torch.randn(2, 3, 5, generator=make_generator(101), dtype=torch.float64) * 3
 
@@ -84,6 +87,18 @@ def _softmax_cases() -> list[Case]:
 
     cases.append(_case("softmax", "an all -inf slice gives zeros, not NaN", [Call("softmax", (masked,))],
                        all_neg_inf))
+
+    # half precision (the `half` test cell): logits of spread 4 with masked entries, in float16
+    h = (torch.randn(3, 4, 9, generator=make_generator(106)) * 4).to(torch.float16)
+    h[2, :, :4] = NEG_INF
+
+    def half(j: Judge, h=h):
+        half_precision_errors(j)
+        got = j.tensor(shape=h.shape, dtype=torch.float16)
+        j.close(got, torch.softmax(h.double(), dim=-1), tol_dtype=torch.float16, oracle="torch.softmax in float64")
+
+    cases.append(_case("softmax", "float16 logits with -inf entries (as models run attention): float16 out, close to "
+                       "float64", [Call("softmax", (h,))], half, seed=106, part="half"))
     return cases
 
 
@@ -148,10 +163,11 @@ def _qkv(seed: int, batch: tuple[int, ...], t: int, s: int, dh: int, dv: int, dt
     return q, k, v
 
 
-@NOTEBOOK.exercise("scaled_dot_product_attention", parts=("core", "masks"))
+@NOTEBOOK.exercise("scaled_dot_product_attention", parts=("core", "masks", "half"))
 def _sdpa_cases() -> list[Case]:
     """Check ``scaled_dot_product_attention(q, k, v, mask=None)`` against PyTorch and properties:
-    part "core" (no mask) or "masks" (masks, fully masked rows, causality)."""
+    part "core" (no mask), "masks" (masks, fully masked rows, causality) or "half" (float16 and
+    bfloat16 inputs, with and without masks)."""
     cases = []
     name = "scaled_dot_product_attention"
     names = ("out", "weights")
@@ -232,7 +248,7 @@ def _sdpa_cases() -> list[Case]:
                 oracle="F.scaled_dot_product_attention in float64")
 
     cases.append(_case(name, "float16 with a causal mask (as models run attention): float16 out, close to float64",
-                       [Call(name, (q6, k6, v6), {"mask": mask6})], half, seed=309, part="masks"))
+                       [Call(name, (q6, k6, v6), {"mask": mask6})], half, seed=309, part="half"))
     return cases
 
 

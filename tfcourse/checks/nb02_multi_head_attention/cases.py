@@ -38,7 +38,7 @@ from ...device import make_generator
 from ..call import Call, TorchModule
 from ..case import Case, Judge, fmt_dtype
 from ..protocol import NotebookChecks
-from ..shared import HALF_FILL_ERROR
+from ..shared import HALF_FILL_ERROR, half_precision_errors
 from ..shared import with_error_hints as _with_error_hints
 from ..tolerance import tolerance
 from .mistakes import MISTAKES, PROJECTIONS
@@ -324,22 +324,23 @@ FROM_TORCH_ERRORS = (VIEW_ERROR, DTYPE_ERROR)
 FROM_TORCH_LOAD_HINTS = (FROM_TORCH_NAMES_HINT, FROM_TORCH_SIZES_HINT)
 
 
-def _mha_case(title: str, calls: list[Call], judge, seed: int) -> Case:
+def _mha_case(title: str, calls: list[Call], judge, seed: int, part: str | None = None) -> Case:
     """A MultiHeadAttention case, scored by the core test cell (self-attention without a mask)
-    or, when a call passes a mask or a context, by ``test_MultiHeadAttention__cross_and_masks``."""
+    or, when a call passes a mask or a context, by ``test_MultiHeadAttention__cross_and_masks``
+    (``part`` names another: "half")."""
     masked = any(c.forward_kwargs.get("mask") is not None or c.forward_kwargs.get("context") is not None
                  for c in calls)
     return Case("MultiHeadAttention", title, calls, with_error_hints(judge, MHA_ERRORS), seed=seed,
-                mistakes=MISTAKES["MultiHeadAttention"], part="cross_and_masks" if masked else "core")
+                mistakes=MISTAKES["MultiHeadAttention"], part=part or ("cross_and_masks" if masked else "core"))
 
 
-@NOTEBOOK.exercise("MultiHeadAttention", parts=("core", "cross_and_masks"))
+@NOTEBOOK.exercise("MultiHeadAttention", parts=("core", "cross_and_masks", "half"))
 def _mha_cases() -> list[Case]:
     """Check the ``MultiHeadAttention(d_model, num_heads, bias=False)`` module against
     nn.MultiheadAttention, per-head F.scaled_dot_product_attention and properties.
 
-    part: "core" (self-attention without a mask) or "cross_and_masks" (masks and
-    cross-attention), the two test cells that score it; None checks both."""
+    part: "core" (self-attention without a mask), "cross_and_masks" (masks and cross-attention)
+    or "half" (float16 and bfloat16), the three test cells that score it; None checks all."""
     cases = []
     dt = MODULE_DTYPE
 
@@ -455,6 +456,22 @@ def _mha_cases() -> list[Case]:
 
     cases.append(_mha_case("a query that may attend no key gives o_proj(0) = o_proj.bias, not NaN",
                            [mha_call(8, 2, True, state7, x7, mask=rows)], empty_row, seed=433))
+
+    # 8. half precision (the `half` test cell): float16 weights and x, a causal mask
+    state8 = {k: v.to(torch.float16) for k, v in random_mha_state(435, 16, bias=True, dtype=torch.float32).items()}
+    x8 = random_input(436, 2, 5, 16, dtype=torch.float32).to(torch.float16)
+    causal8 = torch.ones(5, 5, dtype=torch.bool).tril()
+
+    def half(j: Judge, state=state8, x=x8, mask=causal8):
+        half_precision_errors(j)
+        got = j.tensor(shape=(2, 5, 16), dtype=torch.float16)
+        state64 = {k: v.double() for k, v in state.items()}
+        j.close(got, torch_oracle(to_torch_state(state64), 4, x.double(), mask=mask), tol_dtype=torch.float16,
+                oracle="nn.MultiheadAttention in float64")
+
+    cases.append(_mha_case("float16 weights and x with a causal mask (as models run attention): float16 out, close "
+                           "to float64", [mha_call(16, 4, True, state8, x8, mask=causal8)], half, seed=435,
+                           part="half"))
     return cases
 
 

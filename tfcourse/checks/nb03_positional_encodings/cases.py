@@ -282,10 +282,11 @@ def _rotate_half_cases() -> list[Case]:
 # ---------------------------------------------------------------------------------------------
 # 4. apply_rope
 # ---------------------------------------------------------------------------------------------
-@NOTEBOOK.exercise("apply_rope", parts=("core", "batched"))
+@NOTEBOOK.exercise("apply_rope", parts=("core", "batched", "half"))
 def _apply_rope_cases() -> list[Case]:
     """Check ``apply_rope(x, cos, sin)``: part "core" ((T, Dh) tables, norms preserved, scores depend on
-    m − n only) or "batched" ((B, T, Dh) tables); None checks both."""
+    m − n only), "batched" ((B, T, Dh) tables) or "half" (a float16 x with float32 tables); None
+    checks all."""
     name = "apply_rope"
     cases = []
 
@@ -329,7 +330,7 @@ def _apply_rope_cases() -> list[Case]:
     x7 = _x(407, 2, 3, 6, 16, dtype=F32).to(F16)
     c7, s7 = rope_tables32(torch.tensor([[0, 5, 60, 61, 200, 300], [7, 8, 9, 10, 11, 12]]), 16)
     cases.append(make_case(name, "half precision: x (2, 3, 6, 16) float16, (B, T, Dh) float32 tables; the output "
-                           "stays float16", [Call(name, (x7, c7, s7))], value(x7, c7, s7), seed=407, part="batched"))
+                           "stays float16", [Call(name, (x7, c7, s7))], value(x7, c7, s7), seed=407, part="half"))
     return cases
 
 
@@ -359,10 +360,11 @@ def _relative_case(name: str, seed: int, make: Callable[[torch.Tensor, torch.Ten
 # ---------------------------------------------------------------------------------------------
 # 5. apply_rope_interleaved
 # ---------------------------------------------------------------------------------------------
-@NOTEBOOK.exercise("apply_rope_interleaved")
+@NOTEBOOK.exercise("apply_rope_interleaved", parts=("core", "half"))
 def _interleaved_cases() -> list[Case]:
-    """Check ``apply_rope_interleaved(x, positions, base=10000.0)``: pairs (2i, 2i+1), (T,) and (B, T)
-    positions, norms preserved, scores depend on m − n only."""
+    """Check ``apply_rope_interleaved(x, positions, base=10000.0)``: part "core" (pairs (2i, 2i+1),
+    (T,) and (B, T) positions, norms preserved, scores depend on m − n only) or "half" (a float16
+    x, angles in float32); None checks both."""
     name = "apply_rope_interleaved"
     cases = []
 
@@ -404,7 +406,8 @@ def _interleaved_cases() -> list[Case]:
     x6 = _x(506, 2, 3, 6, 16, dtype=F32).to(F16)
     p6 = torch.tensor([[0, 5, 60, 61, 200, 300], [7, 8, 9, 10, 11, 12]])
     cases.append(make_case(name, "half precision: x (2, 3, 6, 16) float16, positions (2, 6) up to 300; angles in "
-                           "float32, output float16", [Call(name, (x6, p6))], value(x6, p6, None), seed=506))
+                           "float32, output float16", [Call(name, (x6, p6))], value(x6, p6, None), seed=506,
+                           part="half"))
     return cases
 
 

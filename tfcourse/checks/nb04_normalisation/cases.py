@@ -284,7 +284,7 @@ def _torch_rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> 
 
 
 def _rmsnorm_case(title: str, x: torch.Tensor, weight: torch.Tensor | None, seed: int,
-                  eps: float | None = None) -> Case:
+                  eps: float | None = None, part: str = "core") -> Case:
     def judge(j: Judge) -> None:
         got = judge_dtype(j, x.dtype, shape=tuple(x.shape))
         expected = _torch_rmsnorm(x, weight, 1e-6 if eps is None else eps)
@@ -293,7 +293,7 @@ def _rmsnorm_case(title: str, x: torch.Tensor, weight: torch.Tensor | None, seed
                 oracle="torch.nn.RMSNorm" + (" in float64" if x.dtype in HALF else "")
                 + (" with the same weight" if weight is not None else " (weight = ones)"))
 
-    return _case("RMSNorm", title, [rmsnorm_call(x.size(-1), x, weight, eps)], judge, seed=seed)
+    return _case("RMSNorm", title, [rmsnorm_call(x.size(-1), x, weight, eps)], judge, seed=seed, part=part)
 
 
 def _rmsnorm_gradient_case() -> Case:
@@ -317,9 +317,12 @@ def _rmsnorm_gradient_case() -> Case:
                  [call], judge, seed=3041)
 
 
-@NOTEBOOK.exercise("RMSNorm")
+@NOTEBOOK.exercise("RMSNorm", parts=("core", "half"))
 def _rmsnorm_cases() -> list[Case]:
-    """Check the ``RMSNorm(dim, eps=1e-6)`` module against torch.nn.RMSNorm holding the same weight."""
+    """Check the ``RMSNorm(dim, eps=1e-6)`` module against torch.nn.RMSNorm holding the same weight.
+
+    part: "core" (float32/float64, a loaded weight, eps, the gradient) or "half" (float16 and
+    bfloat16, squares that overflow float16); None checks both."""
     dt = torch.float64
     return [
         _rmsnorm_case("a fresh RMSNorm(16) (float32): weight starts at ones, so it matches torch.nn.RMSNorm(16)",
@@ -330,7 +333,7 @@ def _rmsnorm_cases() -> list[Case]:
                       _x(3021, 2, 3, 10, scale=0.1), _weights(3022, 10, dt, bias=False), seed=3021, eps=1e-2),
         _rmsnorm_case("float16 weight and x with |x| ~ 300-1000 (squares overflow float16): float16 out",
                       _x(3031, 2, 4, 32, dtype=torch.float16, scale=500.0),
-                      _weights(3032, 32, torch.float16, bias=False), seed=3031),
+                      _weights(3032, 32, torch.float16, bias=False), seed=3031, part="half"),
         _rmsnorm_gradient_case(),
     ]
 

@@ -170,13 +170,13 @@ def _gelu_case(title: str, x: torch.Tensor, approximate: str | None, seed: int |
     return make_case("gelu", title, [Call("gelu", (x,), kwargs)], judge, seed=seed, part=part)
 
 
-@NOTEBOOK.exercise("gelu", parts=("core", "tanh", "validation"))
+@NOTEBOOK.exercise("gelu", parts=("core", "tanh", "validation", "half"))
 def _gelu_cases() -> list[Case]:
     """Check ``gelu(x, approximate="none")`` against F.gelu.
 
-    part: "core" (the exact form, float32/float64), "tanh" (the tanh form, float16/bfloat16 for
-    both forms) or "validation" (the ValueError for another `approximate`), the three test cells
-    that score it; None checks all."""
+    part: "core" (the exact form, float32/float64), "tanh" (the tanh form, float32/float64),
+    "validation" (the ValueError for another `approximate`) or "half" (both forms in float16 and
+    bfloat16), the four test cells that score it; None checks all."""
     x = gelu_inputs()
     cases = [
         _gelu_case("exact form (default approximate), float64, x from -8 to 8 and tiny values: matches F.gelu",
@@ -197,7 +197,7 @@ def _gelu_cases() -> list[Case]:
             s = 5021 + 10 * i + k
             xh = randn(s, 3, 40, dtype=dtype, scale=3.0)
             cases.append(_gelu_case(f'approximate="{form}", {_dt(dtype)} x (3, 40): {_dt(dtype)} out, close to '
-                                    "F.gelu in float64", xh, form, s, "core" if form == "none" else "tanh"))
+                                    "F.gelu in float64", xh, form, s, "half"))
     return cases
 
 
@@ -253,20 +253,22 @@ def float64_hint(j: Judge, got: torch.Tensor, expected: torch.Tensor) -> str | N
 
 
 def _module_case(exercise: str, title: str, args: tuple, kwargs: dict, state: dict, x: torch.Tensor, seed: int,
-                 oracle: Callable[[torch.Tensor, dict], torch.Tensor], oracle_name: str) -> Case:
+                 oracle: Callable[[torch.Tensor, dict], torch.Tensor], oracle_name: str, part: str = "core") -> Case:
     def judge(j: Judge) -> None:
         got = returned_tensor(j, shape=tuple(x.shape), dtype=x.dtype)
         want = oracle(x, state).to(x.dtype)
         j.close(got, want, oracle=oracle_name, hint=float64_hint(j, got, want))
 
     call = Call(exercise, args, kwargs, state=state, forward_args=(x,))
-    return make_case(exercise, title, [call], judge, seed=seed)
+    return make_case(exercise, title, [call], judge, seed=seed, part=part)
 
 
-@NOTEBOOK.exercise("FeedForward")
+@NOTEBOOK.exercise("FeedForward", parts=("core", "half"))
 def _ff_cases() -> list[Case]:
     """Check ``FeedForward(d_model, d_ff, bias=True)`` = down_proj(gelu(up_proj(x))), weights loaded
-    by name (up_proj, down_proj), with and without bias."""
+    by name (up_proj, down_proj), with and without bias.
+
+    part: "core" (float64/float32) or "half" (float16 weights and x); None checks both."""
     name = "down_proj(F.gelu(up_proj(x)))"
     return [
         _module_case("FeedForward", f"FeedForward(8, 32), weights loaded by name, x (2, 5, 8) float64: equals {name}",
@@ -277,13 +279,18 @@ def _ff_cases() -> list[Case]:
         _module_case("FeedForward", f"FeedForward(12, 48), x (6, 12) float64 (any leading axes): equals {name}",
                      (12, 48), {}, ffn_state(5121, 12, 48, F64), randn(5122, 6, 12, scale=2.0), 5121, ffn_oracle,
                      name),
+        _module_case("FeedForward", f"FeedForward(8, 32), float16 weights and x (2, 5, 8): float16 out, close to {name} "
+                     "in float64", (8, 32), {}, ffn_state(5131, 8, 32, torch.float16),
+                     randn(5132, 2, 5, 8, dtype=torch.float16), 5131, ffn_oracle, name, part="half"),
     ]
 
 
-@NOTEBOOK.exercise("SwiGLU")
+@NOTEBOOK.exercise("SwiGLU", parts=("core", "half"))
 def _swiglu_cases() -> list[Case]:
     """Check ``SwiGLU(d_model, d_ff)`` = down_proj(silu(gate_proj(x)) * up_proj(x)), weights loaded
-    by name, no biases."""
+    by name, no biases.
+
+    part: "core" (float64/float32) or "half" (bfloat16 weights and x); None checks both."""
     name = "down_proj(F.silu(gate_proj(x)) * up_proj(x))"
     return [
         _module_case("SwiGLU", f"SwiGLU(8, 24), weights loaded by name, x (2, 5, 8) float64: equals {name}",
@@ -294,6 +301,9 @@ def _swiglu_cases() -> list[Case]:
         _module_case("SwiGLU", f"SwiGLU(12, 32), x (1, 7, 12) float64, inputs of spread 3: equals {name}",
                      (12, 32), {}, swiglu_state(5221, 12, 32, F64), randn(5222, 1, 7, 12, scale=3.0), 5221,
                      swiglu_oracle, name),
+        _module_case("SwiGLU", f"SwiGLU(16, 40), bfloat16 weights and x (2, 3, 16): bfloat16 out, close to {name} in "
+                     "float64", (16, 40), {}, swiglu_state(5231, 16, 40, torch.bfloat16),
+                     randn(5232, 2, 3, 16, dtype=torch.bfloat16), 5231, swiglu_oracle, name, part="half"),
     ]
 
 

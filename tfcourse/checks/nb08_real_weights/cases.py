@@ -301,7 +301,7 @@ def pool_oracle(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def pool_case(seed: int, b: int, t: int, d: int, lengths: list[int], dtype: torch.dtype, mask_dtype: torch.dtype,
-              *, title: str = "") -> Case:
+              *, title: str = "", part: str = "core") -> Case:
     g = torch.Generator().manual_seed(seed)
     hidden = (torch.randn(b, t, d, generator=g, dtype=torch.float64) * 2 + 1).to(dtype)
     mask = (torch.arange(t)[None] < torch.tensor(lengths)[:, None]).to(mask_dtype)
@@ -314,7 +314,7 @@ def pool_case(seed: int, b: int, t: int, d: int, lengths: list[int], dtype: torc
 
     what = title or (f"(B, T, D) = ({b}, {t}, {d}) {fmt_dtype(dtype)}, a {fmt_dtype(mask_dtype)} mask, real tokens "
                      f"per row {lengths}")
-    return make_case("mean_pool", what, [Call("mean_pool", (hidden, mask))], judge, seed=seed)
+    return make_case("mean_pool", what, [Call("mean_pool", (hidden, mask))], judge, seed=seed, part=part)
 
 
 def pool_errors_case() -> Case:
@@ -362,10 +362,13 @@ def _load_encoder_weights_cases() -> list[Case]:
             encoder_errors_case(), real_encoder_case()]
 
 
-@NOTEBOOK.exercise("mean_pool", parts=("core", "validation"))
+@NOTEBOOK.exercise("mean_pool", parts=("core", "validation", "half"))
 def _mean_pool_cases() -> list[Case]:
-    """Check ``mean_pool(hidden, attention_mask) -> (B, D)``: the mean over real tokens, hidden's dtype."""
+    """Check ``mean_pool(hidden, attention_mask) -> (B, D)``: the mean over real tokens, hidden's dtype.
+
+    part: "core" (float64/float32), "validation" (the ValueError for the mask's shape) or "half"
+    (a float16 ``hidden`` with a float32 mask returns float16); None checks all."""
     return [pool_case(31, 3, 6, 5, [6, 2, 4], torch.float64, torch.bool),
             pool_case(32, 2, 5, 8, [3, 5], torch.float32, torch.int64),
-            pool_case(33, 2, 7, 4, [1, 7], torch.float16, torch.float32),
+            pool_case(33, 2, 7, 4, [1, 7], torch.float16, torch.float32, part="half"),
             pool_errors_case()]

@@ -206,3 +206,55 @@ def test_correct_math_without_validation_keeps_two_thirds_through_the_grader(not
         assert r["score"] * 3 >= 2 * r["max_score"], f"{name}: {r['score']}/{r['max_score']}"
     others = [r for n, r in rows.items() if n not in exercises]
     assert all(r["status"] == "passed" for r in others), [(r["exercise"], r["status"]) for r in others]
+
+
+# Entries with the right math and no half-precision handling, per exercise that has a half test
+# cell where such handling matters (an upcast, a cast of the tables or the mask, a fill that float16
+# can hold); each must keep every other cell and at least two thirds of the exercise.
+NO_HALF = {
+    ("01_attention", "scaled_dot_product_attention"): "-1e9 fill (raises on float16)",
+    ("03_positional_encodings", "apply_rope"): "no cast for half x",
+    ("03_positional_encodings", "apply_rope_interleaved"): "angles in x's dtype",
+    ("04_normalisation", "layer_norm"): "statistics in fp16 (no upcast)",
+    ("04_normalisation", "rms_norm"): "squares in fp16",
+    ("04_normalisation", "RMSNorm"): "correct math, no half-precision handling",
+    ("08_real_weights", "mean_pool"): "mask as float32 (half in, float32 out)",
+}
+
+
+def _entry(notebook: str, exercise: str, name: str):
+    found = [e for e in load_catalogues()[notebook].WRONG.get(exercise, []) if e.name == name]
+    return found[0] if found else None
+
+
+def test_every_no_half_entry_exists_and_its_exercise_has_a_half_cell():
+    course = load_course()
+    for (nb, ex), name in NO_HALF.items():
+        assert _entry(nb, ex, name) is not None, f"{nb}/{ex}: no catalogue entry {name!r}"
+        parts = dict(next(e for e in course[nb].exercises if e.name == ex).parts)
+        assert HALF in parts, f"{nb}/{ex} has no {HALF!r} test cell"
+
+
+@pytest.mark.parametrize("notebook", [pytest.param(nb, marks=[] if nb == "04_normalisation" else [pytest.mark.slow])
+                                      for nb in sorted({nb for nb, _ in NO_HALF})])
+def test_correct_math_without_half_precision_handling_loses_the_half_cell_only(notebook, tmp_path):
+    exercises = {ex: name for (nb, ex), name in NO_HALF.items() if nb == notebook}
+    nb = nbformat.read(SOLUTIONS / f"{notebook}.ipynb", as_version=4)
+    for cell in nb.cells:
+        name = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if name in exercises:
+            cell.source = _entry(notebook, name, exercises[name]).source
+    folder = tmp_path / notebook
+    folder.mkdir()
+    nbformat.write(nb, folder / f"{notebook}.ipynb")
+    (nb_report,) = grade_submission(folder, notebooks=[notebook])["notebooks"]
+    rows = {r["exercise"]: r for r in nb_report["exercises"]}
+    for name in exercises:
+        r = rows[name]
+        parts = {p["test_cell"]: p["passed"] for p in r["parts"]}
+        assert parts.pop(f"test_{name}__{HALF}") is False, f"{name}: the half cell passed:\n{r['feedback']}"
+        assert all(parts.values()), f"{name}: lost more than the half cell: {parts}\n{r['feedback']}"
+        assert r["score"] * 3 >= 2 * r["max_score"], f"{name}: {r['score']}/{r['max_score']}"
+    # an exercise that calls one of them (RMSNorm calls rms_norm) is graded with the course's version
+    others = [r for n, r in rows.items() if n not in exercises and r["status"] != "passed"]
+    assert not others, [(r["exercise"], r["status"]) for r in others]

@@ -247,6 +247,12 @@ MODULE_WRONG = [
                  "self.gamma = nn.Parameter(torch.ones(dim))"),
                 ("return rms_norm(x, self.weight, self.eps)", "return rms_norm(x, self.gamma, self.eps)")),
        "name the parameter weight"),
+    # the right formula in x's own dtype: float16 squares of |x| ~ 500 overflow; it loses the half
+    # cell only (tests/test_proportional_points.py grades it)
+    _e("correct math, no half-precision handling",
+       _variant(_MODULE, ("return rms_norm(x, self.weight, self.eps)",
+                          "return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight")),
+       "statistics in float32"),
 ]
 
 MODULE_CORRECT = [

@@ -448,12 +448,13 @@ def test_no_challenge_ever_stands_in(graded):
 @pytest.mark.slow
 def test_nothing_of_the_stand_in_run_but_scores_reaches_the_report(graded):
     sdpa = graded["leak"]["scaled_dot_product_attention"]
-    assert sdpa["score"] == 2, sdpa  # the core part, with the course's softmax in place of the NaN one
+    assert sdpa["score"] == 1.5, sdpa  # the core part, with the course's softmax in place of the NaN one
     assert "LEAK" not in sdpa["feedback"] and "def softmax" not in sdpa["feedback"], sdpa["feedback"]
-    assert "test_scaled_dot_product_attention 2/2" in sdpa["feedback"]
+    assert "test_scaled_dot_product_attention 1.5/1.5" in sdpa["feedback"]
     first = sdpa["feedback"].splitlines()[0]  # the score that counts, and why it is not all
-    assert first.startswith("✗ scaled_dot_product_attention: test_scaled_dot_product_attention 2/2, "
-                            "test_scaled_dot_product_attention__masks 0/2, graded with the course's `softmax`")
+    assert first.startswith("✗ scaled_dot_product_attention: test_scaled_dot_product_attention 1.5/1.5, "
+                            "test_scaled_dot_product_attention__masks 0/2, test_scaled_dot_product_attention__half "
+                            "0/0.5, graded with the course's `softmax`")
     assert "run that check cell in your notebook" in sdpa["feedback"]
 
 
@@ -504,8 +505,9 @@ def test_each_test_cell_of_an_exercise_gets_its_own_message(tmp_path):
     nbformat.write(nb, tmp_path / "05_feed_forward.ipynb")
     row = grade_submission(tmp_path, notebooks=["05_feed_forward"])
     (ex,) = [e for e in row["notebooks"][0]["exercises"] if e["exercise"] == "gelu"]
-    core, tanh, validation = ex["parts"]
+    core, tanh, validation, half = ex["parts"]
     assert ex["status"] == "failed" and core["passed"] and not tanh["passed"] and validation["passed"], ex
+    assert not half["passed"] and "tanh" in half["feedback"], half  # its float16 cases run the tanh form too
     assert core["feedback"].startswith(f"✓ {core['test_cell']}: all ") and "✗" not in core["feedback"]
     assert tanh["feedback"].startswith("✗") and "checks of this test cell passed" in tanh["feedback"]
     assert "tanh" in tanh["feedback"], tanh["feedback"]

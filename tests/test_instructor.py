@@ -9,7 +9,8 @@ gradebook (``nbgrader db student add``), submits nothing:
 
 * ``full``: the reference code in every answer cell;
 * ``partial``: notebook 01's ``scaled_dot_product_attention`` with an inverted mask (a realistic
-  mistake: it costs the masks test cell, 2 of its 4 points), notebook 02 full;
+  mistake: it costs the masks test cell, 2 of its 4 points, and the half cell, whose float16
+  cases are masked too, 0.5), notebook 02 full;
 * ``hostile``: notebook 01's ``softmax`` returns its input and, in the same cell, replaces every
   check function of its kernel (visible ``check_*`` and the hidden ``check_hidden``) by a no-op:
   inside its own kernel every test cell "passes".
@@ -198,7 +199,8 @@ def test_gradebook_scores_per_test_cell(term) -> None:
     full = _cell_scores(course, NB1, "full")
     assert sum(full.values()) == 10, full
     partial = _cell_scores(course, NB1, "partial")
-    assert partial == {**full, "test_scaled_dot_product_attention__masks": 0}, partial
+    assert partial == {**full, "test_scaled_dot_product_attention__masks": 0,
+                       "test_scaled_dot_product_attention__half": 0}, partial
     hostile = _cell_scores(course, NB1, "hostile")
     assert hostile["test_softmax"] == 0, hostile
     assert sum(hostile.values()) == 8, hostile  # one bug costs points once
@@ -229,7 +231,7 @@ def test_formgrader_sees_graded_submissions(term) -> None:
     hostile = api.get_submission(NB1, "hostile")
     assert hostile["autograded"] and hostile["score"] == 8 and not hostile["needs_manual_grade"], hostile
     (nb,) = api.get_student_notebook_submissions("partial", NB1)
-    assert nb["score"] == 8 and nb["failed_tests"], nb
+    assert nb["score"] == 7.5 and nb["failed_tests"], nb
 
 
 def test_nbgrader_export(term) -> None:
@@ -237,7 +239,7 @@ def test_nbgrader_export(term) -> None:
     _nbgrader(course, env, "export", "--to", "grades.csv")
     with open(course / "grades.csv", newline="") as f:
         rows = {(r["assignment"], r["student_id"]): r for r in csv.DictReader(f)}
-    expected = {(NB1, "full"): 10, (NB1, "partial"): 8, (NB1, "hostile"): 8,
+    expected = {(NB1, "full"): 10, (NB1, "partial"): 7.5, (NB1, "hostile"): 8,
                 (NB2, "full"): 10, (NB2, "partial"): 10, (NB2, "hostile"): 10}
     got = {key: float(rows[key]["score"]) for key in expected}
     assert got == expected
@@ -248,7 +250,7 @@ def test_feedback_holds_our_messages(term) -> None:
     course, env = term[0], term[2]
     _nbgrader(course, env, "generate_feedback", NB1)
     hostile = (course / "feedback" / "hostile" / NB1 / f"{NB1}.html").read_text()
-    assert "tfcourse grader: 0 of 2 points for this test cell" in hostile
+    assert "tfcourse grader: 0 of 1.5 points for this test cell" in hostile
     assert "✗ softmax" in hostile
     full = (course / "feedback" / "full" / NB1 / f"{NB1}.html").read_text()
     assert "✓ softmax" in full and "✗" not in full
@@ -274,7 +276,7 @@ def test_autograded_notebook_has_hidden_tests_and_verdicts(term) -> None:
     assert [o.output_type for o in masks.outputs] == ["error"]
     assert masks.outputs[0].traceback[0] == "tfcourse grader: 0 of 2 points for this test cell (failed)"
     core = cells["test_scaled_dot_product_attention"]
-    assert core.outputs[0].text.startswith("tfcourse grader: 2 of 2 points for this test cell (passed)\n")
+    assert core.outputs[0].text.startswith("tfcourse grader: 1.5 of 1.5 points for this test cell (passed)\n")
     assert [o.output_type for o in cells["test_softmax"].outputs] == ["stream"]
 
 
@@ -391,7 +393,7 @@ def test_late_penalty_and_init_again(term, tmp_path, capsys) -> None:
     assert sorted(p.name for p in (copy / "release").iterdir()) == [NB1, NB2]
     assert (copy / "release" / NB2 / f"{NB2}.ipynb").exists()
     with Gradebook(url, "tfcourse") as gb:
-        assert gb.find_submission(NB1, "partial").score == 8
+        assert gb.find_submission(NB1, "partial").score == 7.5
         assert gb.find_submission(NB1, "hostile").score == 8
     assert (copy / "submitted" / "full" / NB1 / f"{NB1}.ipynb").exists()
     rc, out, _ = _run(capsys, "grade", str(copy), *_named())
@@ -518,9 +520,9 @@ def test_manual_score_survives_a_second_grade_run(term, capsys) -> None:
     assert rc == 0 and "3 submission(s) to grade" in out, out
     # the line says what the gradebook holds, manual score included
     assert f"graded hostile/{NB1}: automatic score 8/10; gradebook total 9.5/10" in out, out
-    assert f"graded partial/{NB1}: automatic score 8/10\n" in out, out
-    # the regrade gives full 2 points automatically: the manual 1 now hides them
-    assert (f"review: full/{NB1} test_softmax: the manual score 1 overrides the new automatic score 2 "
+    assert f"graded partial/{NB1}: automatic score 7.5/10\n" in out, out
+    # the regrade gives full 1.5 points automatically: the manual 1 now hides them
+    assert (f"review: full/{NB1} test_softmax: the manual score 1 overrides the new automatic score 1.5 "
             "(was 0): resolve it in formgrader") in out, out
     assert "review: hostile" not in out, out  # a manual score above the automatic one is the point
     # the feedback generated by test_feedback_holds_our_messages no longer matches
@@ -532,7 +534,7 @@ def test_manual_score_survives_a_second_grade_run(term, capsys) -> None:
         assert (grade.manual_score, grade.auto_score, grade.score) == (1.5, 0, 1.5)
         assert grade.needs_manual_grade  # as nbgrader marks a cell with a manual score
         assert gb.find_submission(NB1, "hostile").score == 9.5
-        assert gb.find_grade("test_softmax", NB1, NB1, "full").auto_score == 2
+        assert gb.find_grade("test_softmax", NB1, NB1, "full").auto_score == 1.5
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 The visible cases come from ``tfcourse.checks.nb05_feed_forward``; the hidden ones below compare
 with the reference solution on inputs drawn from the grader's seed: other shapes and widths,
 float64 and float32, GELU on random x of spread up to 12 (|x| up to ~40) in both forms, FeedForward and SwiGLU with weights
-loaded by name (with and without bias), float16/bfloat16 inputs for gelu (each form in its own part),
-FeedForward and SwiGLU (``half.py``: compared with the reference computed in float64), more
+loaded by name (with and without bias), float16/bfloat16 inputs for gelu (both forms),
+FeedForward and SwiGLU (``half.py``: compared with the reference computed in float64; each
+exercise's "half" test cell), more
 Llama-rule widths, MoE with E = 2 … 8 and K = 1 … 3 (values, and the rows each expert receives for
 the sparse part), balance losses for several (N, E, K) and capacity routing. MoE is not run in
 half precision: rounding there could reorder near-equal router probabilities.

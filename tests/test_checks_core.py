@@ -350,6 +350,26 @@ def test_count_rows_of_counts_the_rows_each_child_receives():
     assert nothing.error_type == "AttributeError" and "`gate`" in nothing.error_message
 
 
+def test_replace_puts_probes_in_place_of_submodules_after_the_weights_are_loaded():
+    from tfcourse.checks import Instance
+    probe = Instance("tfcourse.checks.nb05_feed_forward.probes:RoutedExpert",
+                     (torch.tensor([[1.0, 0.0], [0.0, 1.0]]), 1, 1, torch.eye(2), torch.eye(2), torch.eye(2),
+                      torch.zeros(2)))
+    x = torch.tensor([[[0.0, 3.0], [3.0, 0.0]]])  # token 0 routes to expert 1, token 1 to expert 0
+    call = Call("_Router", (False,), forward_args=(x,), replace=(("experts.1", probe),))
+    tensors: dict = {}
+    back = call_from_json(call_to_json(call, tensors, "p"), tensors)
+    assert back.replace[0][0] == "experts.1" and "replaced by the check's probes" in back.describe()
+    sparse = run_call(back, {"_Router": _Router})  # expert 1 gets token 1 (flat[1::2]), not routed to it
+    assert sparse.ok and bool(sparse.tensors[0].isnan())
+    routed = run_call(Call("_Router", (False,), forward_args=(x.flip(1),), replace=(("experts.1", probe),)),
+                      {"_Router": _Router})
+    assert routed.ok and not bool(routed.tensors[0].isnan())
+    missing = run_call(Call("_Router", (False,), forward_args=(x,), replace=(("experts.7", probe),)),
+                       {"_Router": _Router})
+    assert missing.error_type == "AttributeError" and "`experts.7`" in missing.error_message
+
+
 class _Projector(torch.nn.Module):
     """(B, S, 3) -> (B, S, 2); ``wide`` computes a (B, S, 6) intermediate on the way."""
 

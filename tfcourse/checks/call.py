@@ -164,6 +164,10 @@ class Call:
     # ((5, 33),) refuses (B, 5, 33) and (5, 33). The outcome is then an error of type
     # FORBIDDEN_SHAPE naming the op (a rule the task states: a tensor the answer must not build).
     forbid_shapes: tuple[tuple[int, ...], ...] = ()
+    # submodules of the built module replaced, after ``state`` is loaded and before the forward
+    # call, by the objects the Instances build: ((dotted name, Instance), ...), e.g. MoE's experts
+    # by probe experts whose output shows which rows they received ("experts.0", ...).
+    replace: tuple[tuple[str, Instance], ...] = ()
 
     def on_device(self) -> bool:
         """Whether the answer should live on the run's device: a tensor argument or DEVICE
@@ -194,6 +198,8 @@ class Call:
             sparts = [_describe(a) for a in step.args] + [f"{k}={_describe(v)}" for k, v in step.kwargs.items()]
             name = "" if step.method == "__call__" else f".{step.method}"
             text += f", then {owner}{name}({', '.join(sparts)})"
+        if self.replace:
+            text += f", with `{self.replace[0][0].rpartition('.')[0] or self.replace[0][0]}` replaced by the check's probes"
         if self.count_rows_of:
             text += f", counting the rows each of `{self.count_rows_of}` receives"
         if self.forbid_shapes:
@@ -346,6 +352,8 @@ class _CallRun:
             return modified
         if call.state is not None and (stop := self._load_state(call.state)) is not None:
             return stop
+        if call.replace and (stop := self._replace(call.replace)) is not None:
+            return stop
         rows = RowCounter(self.result, call.count_rows_of) if call.count_rows_of else None
         if isinstance(rows, Outcome):
             return rows
@@ -371,6 +379,21 @@ class _CallRun:
         if self.device is not None or dtype is not None:
             self.result = self.result.to(device=self.device, dtype=dtype)
         load_parameters(self.result, _materialize(state, self.device))
+        return None
+
+    def _replace(self, replace: tuple[tuple[str, Instance], ...]) -> Outcome | None:
+        """Each named submodule of the built module replaced by the probe its Instance builds."""
+        if not isinstance(self.result, torch.nn.Module):
+            return _not_a_module(self.result)
+        for name, value in replace:
+            parent_name, _, child = name.rpartition(".")
+            try:
+                parent = self.result.get_submodule(parent_name)
+                parent.get_submodule(child)
+            except AttributeError:
+                return Outcome("error", error_type="AttributeError",
+                               error_message=f"the module has no submodule `{name}`")
+            setattr(parent, child, self._materialize(value))
         return None
 
     def _forward(self, args: tuple, shapes: ShapeWatch) -> Outcome | None:

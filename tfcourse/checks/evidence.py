@@ -1,6 +1,7 @@
 """What a check measures while the code under test runs, besides what it returns: whether it
 wrote into its inputs, whether gradients reach its parameters, the shapes of the tensors it
-computes (:attr:`Call.forbid_shapes`) and the rows each expert receives (:attr:`Call.count_rows_of`).
+computes (:attr:`Call.forbid_shapes`) and the rows a submodule receives (:attr:`Call.count_rows_of`,
+MLA's ``kv_b_proj``).
 
 These run in the same process as the code under test (in the grader, its sandboxed child), so
 learner code can reach them; docs/grading.md lists the points that rest on them.

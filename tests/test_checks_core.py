@@ -407,6 +407,36 @@ def test_forbid_shapes_refuses_an_intermediate_that_ends_with_a_forbidden_shape(
                     {"_Projector": _Projector}).ok
 
 
+class _HiddenProjector(_Projector):
+    """The wide projection inside torch._C.DisableTorchFunction(), where no function mode runs."""
+
+    def forward(self, x):
+        with torch._C.DisableTorchFunction():
+            return torch.nn.functional.linear(x, self.proj.weight)[..., :2]
+
+
+def test_the_shape_watcher_survives_disabled_function_modes_and_patched_modules(monkeypatch):
+    """issue 25's forgeries of MLA's absorb point: the watcher runs as a dispatch mode too, and
+    is bound at import, so replacing its pieces in the checks' modules changes nothing."""
+    from tfcourse.checks import Step, evidence
+    from tfcourse.checks import call as call_module
+
+    x = torch.ones(2, 5, 3)
+    call = Call("_Projector", (True,), steps=(Step("__call__", (x,)),), forbid_shapes=((5, 6),))
+    hidden = run_call(call, {"_Projector": _HiddenProjector})
+    assert hidden.error_type == FORBIDDEN_SHAPE and "aten" in hidden.error_message, hidden
+    def nothing(patterns):
+        return (lambda: None), (lambda *exc: None), (lambda: None)
+
+    for module in (evidence, call_module):
+        monkeypatch.setattr(module, "watch_shapes", nothing, raising=False)
+    monkeypatch.setattr(evidence, "shape_matches", lambda shape, pattern: False)
+    monkeypatch.setattr(evidence, "tensor_leaves", lambda value, path: [])
+    for cls in (_Projector, _HiddenProjector):
+        outcome = run_call(call, {"_Projector": cls})
+        assert outcome.error_type == FORBIDDEN_SHAPE, outcome
+
+
 def test_a_function_call_can_return_the_gradients_of_its_arguments():
     logits = torch.randn(5, 3, dtype=torch.float64)
     call = Call("loss", (logits, 2), grad_of=("router_logits",))

@@ -18,11 +18,11 @@ import torch
 
 from .evidence import (
     RowCounter,
-    ShapeWatch,
     call_and_gradients,
     forward_and_gradients,
     modified_input,
     watch_inputs,
+    watch_shapes,
 )
 from .outcome import Outcome, outcome_of, outcome_of_exception
 
@@ -327,9 +327,12 @@ class _CallRun:
     it builds and the results it keeps. Each phase returns the outcome that ends the run early (a
     modified input, a forbidden shape, not a module), or None to go on."""
 
-    def __init__(self, call: Call, namespace: dict[str, Any], target: Any,
-                 device: torch.device | str | None) -> None:
+    def __init__(self, call: Call, namespace: dict[str, Any], target: Any, device: torch.device | str | None,
+                 *, _watch_shapes: Any = watch_shapes) -> None:
+        # the shape watcher is bound here when this module is imported (a default argument), before
+        # learner code runs: replacing `watch_shapes` in this module or in evidence has no effect
         self.call, self.target, self.device = call, target, device
+        self.watch = _watch_shapes
         self.instances = _Instances(namespace, target)
         self.result: Any = None  # what the call returned; after a forward call, what that returned
         self.results: list[Any] = []  # the forward call's and the steps' results, in order
@@ -358,7 +361,7 @@ class _CallRun:
         if isinstance(rows, Outcome):
             return rows
         built = self.result
-        shapes = ShapeWatch(call.forbid_shapes)
+        shapes = self.watch(call.forbid_shapes)  # (start, stop, verdict)
         if call.forward_args is not None and (stop := self._forward(call.forward_args, shapes)) is not None:
             return stop
         for step in call.steps:
@@ -396,7 +399,7 @@ class _CallRun:
             setattr(parent, child, self._materialize(value))
         return None
 
-    def _forward(self, args: tuple, shapes: ShapeWatch) -> Outcome | None:
+    def _forward(self, args: tuple, shapes: tuple) -> Outcome | None:
         """The built module called on the forward inputs, in eval mode (with ``grad_of``, the
         backward pass too); its result is kept."""
         module = self.result
@@ -411,16 +414,16 @@ class _CallRun:
             if isinstance(self.result, Outcome):
                 return self.result
         else:
-            with torch.no_grad(), shapes:
-                self.result = module(*forward_args, **forward_kwargs)
+            with torch.no_grad():
+                self.result = _watched(shapes, module, forward_args, forward_kwargs)
         if (modified := modified_input(watched)) is not None:
             return modified
-        if (forbidden := shapes.outcome()) is not None:
+        if (forbidden := shapes[2]()) is not None:
             return forbidden
         self.results.append(self.result)
         return None
 
-    def _step(self, step: Step, built: Any, shapes: ShapeWatch) -> Outcome | None:
+    def _step(self, step: Step, built: Any, shapes: tuple) -> Outcome | None:
         """One step on the object the call built or on an Instance of the call; its result is kept."""
         owner = built if not step.on else self.instances.by_key.get(step.on)
         if owner is None and (step.on or step.method):  # reading a returned None itself is fine
@@ -438,14 +441,24 @@ class _CallRun:
         step_args = self._materialize(step.args)
         step_kwargs = self._materialize(step.kwargs)
         watched = watch_inputs(signature_of, step_args, step_kwargs)
-        with torch.no_grad(), shapes:
-            value = fn(*step_args, **step_kwargs)
+        with torch.no_grad():
+            value = _watched(shapes, fn, step_args, step_kwargs)
         if (modified := modified_input(watched)) is not None:
             return modified
-        if (forbidden := shapes.outcome()) is not None:
+        if (forbidden := shapes[2]()) is not None:
             return forbidden
         self.results.append(value)
         return None
+
+
+def _watched(shapes: tuple, fn: Any, args: tuple, kwargs: dict) -> Any:
+    """fn(*args, **kwargs) between the shape watcher's start and stop."""
+    start, stop, _ = shapes
+    start()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        stop(None, None, None)
 
 
 def _flattened(results: list[Any]) -> Outcome:

@@ -368,6 +368,9 @@ def test_replace_puts_probes_in_place_of_submodules_after_the_weights_are_loaded
     missing = run_call(Call("_Router", (False,), forward_args=(x,), replace=(("experts.7", probe),)),
                        {"_Router": _Router})
     assert missing.error_type == "AttributeError" and "`experts.7`" in missing.error_message
+    spec = call_to_json(call, tensors, "p")
+    with pytest.raises(ValueError, match="must be an Instance"):  # a replacement is built by the checks only
+        call_from_json({**spec, "replace": [["experts.1", "os:system"]]}, tensors)
 
 
 class _Projector(torch.nn.Module):

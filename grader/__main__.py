@@ -34,8 +34,8 @@ def _exit_without_teardown() -> None:
 if __name__ == "__main__":
     atexit.register(_exit_without_teardown)
 
-from .cases import DEFAULT_SEED  # noqa: E402
-from .isolation.runner import Limits  # noqa: E402
+from .isolation.limits import Limits  # noqa: E402  (both light: torch is imported later)
+from .names import DEFAULT_SEED  # noqa: E402
 
 DESCRIPTION = """\
 Grade Transformer-course notebooks against the reference solutions.
@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     # A batch (or --strict) never falls back silently: without bubblewrap it stops here, before
     # grading, unless the weaker mode was asked for by name (then every row says which).
     strict = args.strict or len(submissions) > 1
+    _start_zygotes(args, len(submissions), strict)
     try:
         course = load_course()
         device = str(get_device(args.device))
@@ -134,6 +135,21 @@ def main(argv: list[str] | None = None) -> int:
               "graded before it", file=sys.stderr)
         return 130 if interrupted.startswith("interrupted") else 1
     return 0
+
+
+def _start_zygotes(args: argparse.Namespace, count: int, strict: bool) -> None:
+    """Start the fast path's zygotes now, before this process imports torch and reads the course,
+    so that their start (a sandbox, importing torch: 2-3 s) overlaps that work (issue 30). CPU
+    grading on this machine only; anything that goes wrong here is left to the normal start,
+    which reports it."""
+    if args.scheduler is not None or args.device != "cpu":
+        return
+    from .isolation import fastpath, sandbox
+
+    try:
+        fastpath.prestart(min(args.jobs, count), sandbox.choose(strict=strict), "cpu")
+    except Exception:  # noqa: BLE001 - reported by sandbox.choose below
+        return
 
 
 def _protect_around(submissions: list[str], args: argparse.Namespace) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tfcourse import cache
 from tfcourse.notebook import (
     grade_parts,
     read_notebook,
@@ -29,7 +30,6 @@ from tfcourse.notebook import (
     strip_solution_markers,
 )
 
-from tfcourse import cache
 from .build import SOLUTIONS, module_name
 
 

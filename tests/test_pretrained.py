@@ -110,7 +110,7 @@ def test_gguf_reader_parses_what_gguf_s_own_reader_parses():
         assert ours.fields[name].contents() == field.contents(), name
     assert [(t.name, t.tensor_type, list(t.shape)) for t in ours.tensors] == \
         [(t.name, t.tensor_type, list(t.shape)) for t in theirs.tensors]
-    for a, b in zip(ours.tensors, theirs.tensors):
+    for a, b in zip(ours.tensors, theirs.tensors, strict=True):
         assert np.array_equal(np.asarray(a.data), np.asarray(b.data)), a.name
 
 

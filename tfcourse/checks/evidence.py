@@ -69,7 +69,7 @@ def _sealed_shape_watch() -> Any:
         found: list[str] = []  # by the function mode: it names what the code called
         found_below: list[str] = []  # by the dispatch mode
 
-        class _Functions(function_base):
+        class _Functions(function_base):  # type: ignore[valid-type, misc]
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
                 if not found and (shape := forbidden(out, patterns)) is not None:
@@ -77,7 +77,7 @@ def _sealed_shape_watch() -> Any:
                     found.append(f"`{name}` computed a tensor of shape {shape}")
                 return out
 
-        class _Operations(dispatch_base):
+        class _Operations(dispatch_base):  # type: ignore[valid-type, misc]
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
                 if not found_below and (shape := forbidden(out, patterns)) is not None:
@@ -97,7 +97,7 @@ def _sealed_shape_watch() -> Any:
                 exit_dispatch(modes[1], *exc)
 
         def verdict() -> Outcome | None:
-            message = (found or found_below or [None])[0]
+            message = found[0] if found else (found_below[0] if found_below else None)
             return None if message is None else outcome_cls("error", error_type=error_type, error_message=message)
 
         return start, stop, verdict

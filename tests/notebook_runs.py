@@ -39,10 +39,17 @@ _QUEUE: list[tuple[str, Path]] = []
 _WORKER: threading.Thread | None = None
 
 
+_ENV: dict[str, str] = {}
+
+
 def _kernel_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = "1"  # the foreground tests use the other core
-    return env
+    """The environment of the session's start (taken once: a foreground test may have changed
+    ``os.environ`` for a moment, with monkeypatch, when a kernel starts), one torch thread."""
+    with _LOCK:
+        if not _ENV:
+            _ENV.update(os.environ)
+            _ENV["OMP_NUM_THREADS"] = "1"  # the foreground tests use the other core
+        return dict(_ENV)
 
 
 def _notebook(kind: str, path: Path):
@@ -134,4 +141,5 @@ def start(items) -> None:
             if job not in jobs:
                 jobs.append(job)
     if jobs:
+        _kernel_env()  # the environment as it is now, before any test runs
         _ensure(jobs)

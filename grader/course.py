@@ -8,7 +8,7 @@ of it (nbgrader's own preprocessors), cases from ``tfcourse.checks.nbNN_*`` (vis
 The stubs never come from ``notebooks/``: learners solve those files in place, and a solved cell
 read as "the stub" would make every solved exercise ``not_attempted``. Releasing a notebook takes
 nbgrader's import (about 1.5 s) and 0.05 s per notebook, so the released notebooks are kept in
-the grader's cache (grader/cache.py), keyed by the source notebook's bytes, the build code and
+the grader's cache (tfcourse/cache.py), keyed by the source notebook's bytes, the build code and
 nbgrader's version.
 """
 
@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tfcourse import cache
 from tfcourse.notebook import (
     grade_parts,
     read_notebook,
@@ -29,7 +30,6 @@ from tfcourse.notebook import (
     strip_solution_markers,
 )
 
-from . import cache
 from .build import SOLUTIONS, module_name
 
 

@@ -4,32 +4,17 @@ Keep this file small: only fixtures that several test modules use belong here. S
 to it (the catalogue harness, other suites); fixtures used by one module live in that module.
 """
 
-import time  # noqa: E402
-
 import pytest  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def executed_solutions():
-    """``executed_solutions(path)``: the solutions notebook at ``path`` executed top to bottom
-    (nbclient, a fresh kernel), and the seconds it took; each notebook is executed once per test
-    session and shared by the tests that read its outputs."""
-    import nbclient
-    import nbformat
+def pytest_collection_finish(session):
+    """Start executing, on the second core, the notebooks the selected slow tests will read
+    (tests/notebook_runs.py); nothing starts when none is selected or with --collect-only."""
+    if session.config.option.collectonly:
+        return
+    from tests import notebook_runs
 
-    done: dict = {}
-
-    def run(path):
-        if path not in done:
-            nb = nbformat.read(path, as_version=4)
-            client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=False,
-                                             resources={"metadata": {"path": str(path.parent)}})
-            start = time.perf_counter()
-            client.execute()
-            done[path] = (nb, time.perf_counter() - start)
-        return done[path]
-
-    return run
+    notebook_runs.start(session.items)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -169,8 +169,8 @@ def test_build_never_overwrites_work_unasked(tmp_path, monkeypatch):
 def test_the_grader_releases_solutions_itself_and_caches_it(tmp_path, monkeypatch):
     """The stubs the grader compares with come from release(solutions/), not from notebooks/; the
     cached copy is the same notebook, and a damaged cache entry is released again."""
-    from grader import cache
     from grader.course import released_notebook
+    from tfcourse import cache
 
     monkeypatch.setenv(cache.ENV_VAR, str(tmp_path / "cache"))
     source = SOURCES[0]

@@ -379,6 +379,29 @@ def test_count_rows_of_counts_the_rows_each_child_receives():
     assert nothing.error_type == "AttributeError" and "`gate`" in nothing.error_message
 
 
+def test_replace_puts_probes_in_place_of_submodules_after_the_weights_are_loaded():
+    from tfcourse.checks import Instance
+    probe = Instance("tfcourse.checks.nb05_feed_forward.probes:RoutedExpert",
+                     (torch.tensor([[1.0, 0.0], [0.0, 1.0]]), 1, 1, torch.eye(2), torch.eye(2), torch.eye(2),
+                      torch.zeros(2)))
+    x = torch.tensor([[[0.0, 3.0], [3.0, 0.0]]])  # token 0 routes to expert 1, token 1 to expert 0
+    call = Call("_Router", (False,), forward_args=(x,), replace=(("experts.1", probe),))
+    tensors: dict = {}
+    back = call_from_json(call_to_json(call, tensors, "p"), tensors)
+    assert back.replace[0][0] == "experts.1" and "replaced by the check's probes" in back.describe()
+    sparse = run_call(back, {"_Router": _Router})  # expert 1 gets token 1 (flat[1::2]), not routed to it
+    assert sparse.ok and bool(sparse.tensors[0].isnan())
+    routed = run_call(Call("_Router", (False,), forward_args=(x.flip(1),), replace=(("experts.1", probe),)),
+                      {"_Router": _Router})
+    assert routed.ok and not bool(routed.tensors[0].isnan())
+    missing = run_call(Call("_Router", (False,), forward_args=(x,), replace=(("experts.7", probe),)),
+                       {"_Router": _Router})
+    assert missing.error_type == "AttributeError" and "`experts.7`" in missing.error_message
+    spec = call_to_json(call, tensors, "p")
+    with pytest.raises(ValueError, match="must be an Instance"):  # a replacement is built by the checks only
+        call_from_json({**spec, "replace": [["experts.1", "os:system"]]}, tensors)
+
+
 class _Projector(torch.nn.Module):
     """(B, S, 3) -> (B, S, 2); ``wide`` computes a (B, S, 6) intermediate on the way."""
 
@@ -414,6 +437,36 @@ def test_forbid_shapes_refuses_an_intermediate_that_ends_with_a_forbidden_shape(
     # building the module (its (6, 3) weight) is not watched; a pattern must match every trailing size
     assert run_call(Call("_Projector", (True,), forward_args=(x,), forbid_shapes=((6, 3), (4, 6))),
                     {"_Projector": _Projector}).ok
+
+
+class _HiddenProjector(_Projector):
+    """The wide projection inside torch._C.DisableTorchFunction(), where no function mode runs."""
+
+    def forward(self, x):
+        with torch._C.DisableTorchFunction():
+            return torch.nn.functional.linear(x, self.proj.weight)[..., :2]
+
+
+def test_the_shape_watcher_survives_disabled_function_modes_and_patched_modules(monkeypatch):
+    """issue 25's forgeries of MLA's absorb point: the watcher runs as a dispatch mode too, and
+    is bound at import, so replacing its pieces in the checks' modules changes nothing."""
+    from tfcourse.checks import Step, evidence
+    from tfcourse.checks import call as call_module
+
+    x = torch.ones(2, 5, 3)
+    call = Call("_Projector", (True,), steps=(Step("__call__", (x,)),), forbid_shapes=((5, 6),))
+    hidden = run_call(call, {"_Projector": _HiddenProjector})
+    assert hidden.error_type == FORBIDDEN_SHAPE and "aten" in hidden.error_message, hidden
+    def nothing(patterns):
+        return (lambda: None), (lambda *exc: None), (lambda: None)
+
+    for module in (evidence, call_module):
+        monkeypatch.setattr(module, "watch_shapes", nothing, raising=False)
+    monkeypatch.setattr(evidence, "shape_matches", lambda shape, pattern: False)
+    monkeypatch.setattr(evidence, "tensor_leaves", lambda value, path: [])
+    for cls in (_Projector, _HiddenProjector):
+        outcome = run_call(call, {"_Projector": cls})
+        assert outcome.error_type == FORBIDDEN_SHAPE, outcome
 
 
 def test_a_function_call_can_return_the_gradients_of_its_arguments():

@@ -10,7 +10,7 @@ order, with every exercise still unsolved. This test keeps that promise for each
 * **demo cells**: every later code cell that is not an nbgrader cell (not an exercise stub, not a
   check).
 
-For speed, one kernel per notebook: before each demo cell the namespace is wiped (``%reset -f``,
+For speed, one kernel per notebook (executed in the background, tests/notebook_runs.py): before each demo cell the namespace is wiped (``%reset -f``,
 figures closed) and the setup cells run again (their imports are cached, so this takes
 milliseconds); then the demo cell runs. A name another demo cell defined is therefore gone, as
 in a fresh kernel; what only a fresh process would undo (a module-level setting a demo changed,
@@ -22,15 +22,15 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-import nbclient
 import nbformat
 import pytest
+
+from tests import notebook_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 RESET = ("get_ipython().run_line_magic('reset', '-f')\n"
          "import matplotlib.pyplot as _plt\n_plt.close('all')\ndel _plt")
-CELL_TIMEOUT_S = 300
 
 pytestmark = pytest.mark.slow
 
@@ -66,10 +66,10 @@ def _cases():
             yield pytest.param(path, index, id=f"{path.stem}::code{index}")
 
 
-@functools.cache
-def _run(path: Path) -> dict[int, list]:
-    """Run every demo cell of ``path`` after a reset and the setup cells: {code index: outputs}."""
-    nb = nbformat.read(path, as_version=4)
+def demo_run(nb):
+    """The notebook that runs every demo cell of learner notebook ``nb`` after a reset and the
+    setup cells; ``metadata.demo_run`` maps each demo's code index to its cell in it and lists
+    the setup cells' places. Executed in the background by tests/notebook_runs.py."""
     setup, demos = split(nb)
     cells, where, setup_runs = [], {}, []
     for index, demo in demos:
@@ -77,16 +77,22 @@ def _run(path: Path) -> dict[int, list]:
         for c in setup:
             setup_runs.append(len(cells))
             cells.append(nbformat.v4.new_code_cell(c.source))
-        where[index] = len(cells)
+        where[str(index)] = len(cells)
         cells.append(nbformat.v4.new_code_cell(demo.source))
-    run = nbformat.v4.new_notebook(cells=cells, metadata=nb.metadata)
-    client = nbclient.NotebookClient(run, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=True,
-                                     resources={"metadata": {"path": str(path.parent)}})
-    client.execute()
-    setup_errors = [o for i in [0, *setup_runs] for o in cells[i].outputs if o.output_type == "error"]
+    metadata = dict(nb.metadata)
+    metadata["demo_run"] = {"where": where, "setup_runs": setup_runs}
+    return nbformat.v4.new_notebook(cells=cells, metadata=metadata)
+
+
+@functools.cache
+def _run(path: Path) -> dict[int, list]:
+    """Every demo cell of ``path`` run after a reset and the setup cells: {code index: outputs}."""
+    run, _ = notebook_runs.result("demos", path)
+    where, setup_runs = run.metadata["demo_run"]["where"], run.metadata["demo_run"]["setup_runs"]
+    setup_errors = [o for i in [0, *setup_runs] for o in run.cells[i].outputs if o.output_type == "error"]
     if setup_errors:
         raise AssertionError(f"{path.name}: a setup cell fails: {setup_errors[0].ename}: {setup_errors[0].evalue}")
-    return {index: cells[i].outputs for index, i in where.items()}
+    return {int(index): run.cells[i].outputs for index, i in where.items()}
 
 
 @pytest.mark.parametrize("path, index", list(_cases()))

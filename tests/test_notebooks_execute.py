@@ -11,6 +11,7 @@ import nbformat
 import pytest
 
 from grader.build import NOTEBOOKS, SOLUTIONS
+from tests import notebook_runs
 
 pytestmark = pytest.mark.slow
 SOURCES = sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
@@ -26,8 +27,8 @@ def _execute(path, allow_errors: bool):
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
-def test_solution_notebook_executes(source, record_property, executed_solutions):
-    nb, seconds = executed_solutions(source)  # executed once per session (tests/conftest.py)
+def test_solution_notebook_executes(source, record_property):
+    nb, seconds = notebook_runs.result("solution", source)  # once per session, in the background
     record_property("seconds", round(seconds, 1))  # reported, not asserted (see docs/benchmarks.md)
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "all" in printed and "checks passed" in printed
@@ -40,7 +41,7 @@ def test_solution_notebook_executes(source, record_property, executed_solutions)
 def test_untouched_learner_notebook_runs_every_cell_and_fails_only_in_checks(source):
     """Run All on an untouched notebook, as JupyterLab does it: without allow_errors, every cell still
     runs (each check cell carries the ``raises-exception`` tag), and only the checks fail."""
-    nb, _ = _execute(NOTEBOOKS / source.name, allow_errors=False)  # raises CellExecutionError otherwise
+    nb, _ = notebook_runs.result("learner", NOTEBOOKS / source.name)  # raises CellExecutionError otherwise
     code = [c for c in nb.cells if c.cell_type == "code"]
     not_run = [c.source.splitlines()[0] for c in code if c.execution_count is None]
     assert not not_run, f"cells Run All did not reach: {not_run}"

@@ -96,6 +96,24 @@ def test_read_gguf_layout_and_metadata():
     q.add_(0)  # writable (torch warns about read-only numpy memory otherwise)
 
 
+def test_gguf_reader_parses_what_gguf_s_own_reader_parses():
+    """The course's reader (a plain-array view of gguf's memory map, for speed) gives gguf's own
+    GGUFReader's fields and tensors, value for value and byte for byte."""
+    import gguf
+    import numpy as np
+
+    ours, theirs = P.gguf_reader(P.smollm2_gguf_path()), gguf.GGUFReader(P.smollm2_gguf_path())
+    assert isinstance(ours, gguf.GGUFReader) and type(ours) is not gguf.GGUFReader
+    assert list(ours.fields) == list(theirs.fields)
+    for name, field in theirs.fields.items():
+        assert ours.fields[name].types == field.types, name
+        assert ours.fields[name].contents() == field.contents(), name
+    assert [(t.name, t.tensor_type, list(t.shape)) for t in ours.tensors] == \
+        [(t.name, t.tensor_type, list(t.shape)) for t in theirs.tensors]
+    for a, b in zip(ours.tensors, theirs.tensors, strict=True):
+        assert np.array_equal(np.asarray(a.data), np.asarray(b.data)), a.name
+
+
 def test_missing_package_names_the_install_command(monkeypatch):
     monkeypatch.setattr(P.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(FileNotFoundError, match="requirements-weights.txt"):

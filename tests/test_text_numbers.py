@@ -15,6 +15,7 @@ import re
 import pytest
 
 from grader.build import SOLUTIONS
+from tests import notebook_runs
 
 pytestmark = pytest.mark.slow
 SOURCES = sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
@@ -49,8 +50,8 @@ def test_the_scanner_finds_quoted_numbers_and_skips_math_and_code():
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
-def test_every_number_the_text_quotes_is_printed(source, executed_solutions):
-    nb, _ = executed_solutions(source)
+def test_every_number_the_text_quotes_is_printed(source):
+    nb, _ = notebook_runs.result("solution", source)  # shared with test_notebooks_execute
     printed = printed_text(nb)
     missing = []
     for i, cell in enumerate(nb.cells):

@@ -112,9 +112,33 @@ def gguf_reader(path: str | os.PathLike):
 
 @functools.lru_cache(maxsize=4)
 def _cached_reader(path: str, size: int, mtime_ns: int):
-    import gguf
+    return _plain_array_reader()(path)
 
-    return gguf.GGUFReader(path)
+
+@functools.cache
+def _plain_array_reader() -> type:
+    """`gguf.GGUFReader`, parsing through a plain ndarray view of its memory map.
+
+    The reader slices its `np.memmap` a few times per metadata value (about 990 000 slices for
+    SmolLM2's tokenizer), and every slice of a memmap runs numpy's Python-level
+    `memmap.__getitem__` and `__array_finalize__`: two thirds of the parse. A plain ndarray
+    view of the same mapping slices in C. Same bytes, same fields and tensors (checked in
+    tests/test_pretrained.py); the parse is about 2.5 times faster. The mapping stays open
+    while the view (and so any tensor's data) is alive.
+    """
+    import gguf
+    import numpy as np
+
+    class PlainArrayReader(gguf.GGUFReader):
+        @property
+        def data(self):
+            return self._data
+
+        @data.setter
+        def data(self, value):
+            self._data = value.view(np.ndarray) if isinstance(value, np.memmap) else value
+
+    return PlainArrayReader
 
 
 def read_gguf(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

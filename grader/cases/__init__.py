@@ -20,9 +20,7 @@ from tfcourse.checks.hints import Mistake
 from tfcourse.checks.protocol import NotebookChecks
 from tfcourse.checks.run import not_attempted, with_stand_ins
 
-from ..names import module_name
-
-DEFAULT_SEED = 0
+from ..names import DEFAULT_SEED, module_name
 
 
 class HiddenCases:

@@ -6,8 +6,8 @@ float64 and float32, GELU on random x of spread up to 12 (|x| up to ~40) in both
 loaded by name (with and without bias), float16/bfloat16 inputs for gelu (both forms),
 FeedForward and SwiGLU (``half.py``: compared with the reference computed in float64; each
 exercise's "half" test cell), more
-Llama-rule widths, MoE with E = 2 … 8 and K = 1 … 3 (values, and the rows each expert receives for
-the sparse part), balance losses for several (N, E, K) and capacity routing. MoE is not run in
+Llama-rule widths, MoE with E = 2 … 8 and K = 1 … 3 (values, and for the sparse part y with the
+check's probe experts, which return NaN for a call holding a token not routed to them), balance losses for several (N, E, K) and capacity routing. MoE is not run in
 half precision: rounding there could reorder near-equal router probabilities.
 
 Tolerances (docs/conventions.md, "Where correct public code differs"): gelu, FeedForward and SwiGLU keep
@@ -42,10 +42,11 @@ from tfcourse.checks.nb05_feed_forward.routing import (
     check_margin,
     judge_balance_gradient,
     judge_moe_gradient,
-    judge_rows,
+    judge_sparse,
     moe_call,
     moe_grad_call,
     moe_inputs,
+    probe_markers,
     router_tolerance,
 )
 from tfcourse.device import make_generator
@@ -211,8 +212,10 @@ def _moe(seed: int) -> list[Case]:
         out.append(_hidden("MoE", f"{title}: y and router_logits match the reference",
                            [moe_call(x, state, f, e, k)], s, n=2, names=MOE_NAMES, atol=atol, rtol=rtol))
         if i < 3:
-            out.append(_moe_rows(f"sparse: {title}: each expert's forward receives the tokens routed to it",
-                                 moe_call(x, state, f, e, k, count=True), s))
+            markers = probe_markers(s + 7, e, shape[-1], dtype)
+            out.append(_moe_sparse(f"sparse: {title}, the check's probe experts (NaN for a call holding a token not "
+                                   "routed to that expert): y matches the reference's",
+                                   moe_call(x, state, f, e, k, markers), s, dtype))
     s, x, state = moe_inputs(seed * 1000 + 620, (3, 4, 8), 16, 6, 2, F64)
     out.append(_moe_grad("backward: MoE(8, 16, num_experts=6, top_k=2) on x (3, 4, 8) float64, y back-propagated: "
                          "gate.weight's gradient matches the reference", moe_grad_call(x, state, 16, 6, 2), s))
@@ -232,9 +235,11 @@ def _moe_grad(title: str, call: Call, seed: int) -> Case:
                 mistakes=MISTAKES["MoE"], hidden=True)
 
 
-def _moe_rows(title: str, call: Call, seed: int) -> Case:
+def _moe_sparse(title: str, call: Call, seed: int, dtype: torch.dtype) -> Case:
+    shape = tuple(call.forward_args[0].shape)
+
     def judge(j: Judge) -> None:
-        judge_rows(j, j.expected_tensor(0, 2))
+        judge_sparse(j, j.expected_tensor(0, 0), shape, dtype)
 
     return Case("MoE", f"hidden case: {title}", [call], with_load_hints("MoE", judge), seed=seed, reference=True,
                 mistakes=MISTAKES["MoE"], hidden=True, part="sparse")

@@ -5,7 +5,8 @@ from the grader's seed. Deterministic answers are compared with the reference so
 the same calls (``KVCache`` contents, the modules' outputs with and without caches, greedy
 ``generate`` on the probe model, byte counts, the repetition penalty); sampling is judged
 statistically like the visible cases (random logits rows, kept away from top-k ties and from
-cumulative masses near p), and how ``generate`` calls the model by the probe's record.
+cumulative masses near p), and how ``generate`` calls the model by its tokens on a probe
+whose logits depend on how it is called, compared with the reference's on the same probe.
 
 Tolerances: float64 modules at float32 level (atol 1e-5, rtol 1e-5; the setup's RoPE tables are
 float32, and float64/complex angles are correct too), float32 modules atol/rtol 1e-4; token ids
@@ -31,8 +32,8 @@ from tfcourse.checks.nb06_kv_cache.cases import (
 )
 from tfcourse.checks.nb06_kv_cache.mistakes import filtered_probs
 from tfcourse.checks.nb06_kv_cache.sampling import (
+    calls_case,
     probe,
-    record_case,
     require_ints,
     sampling_case,
 )
@@ -248,9 +249,10 @@ def _generate(seed: int) -> list[Case]:
                            f"blocks, use_cache={use_cache}", [call], s))
     for i, use_cache in enumerate((True, False)):
         s = seed * 1000 + 650 + i
-        out.append(record_case(f"hidden case: how the model is called, use_cache={use_cache}", s, use_cache, b=1,
-                               t=3 + i, n=4 + 2 * i))
-        out[-1].hidden = True
+        layers = int(torch.randint(1, 4, (1,), generator=make_generator(s)))
+        out.append(calls_case(f"hidden case: how the model is called, use_cache={use_cache}, a probe with {layers} "
+                              "blocks whose logits depend on how it is called: the tokens match the reference's", s,
+                              use_cache, b=1 + i, t=3 + i, n=4 + 2 * i, num_layers=layers, hidden=True))
     return out
 
 

@@ -536,7 +536,28 @@ MOE_WRONG = [
                 expert(h[tok])  # so that the row counter sees the routed tokens
                 y.index_add_(0, tok, out[tok] * weights[tok, slot, None])
 ''')),
-       "more rows than were routed to it"),
+       "call each expert only on the tokens routed to it"),
+    # issue 25's forgery of the row counter: the class's forward on every token (not wrapped by an
+    # instance attribute), one throwaway call with the routed rows; the probe experts' NaN shows it
+    _e("type(expert).forward on every token, a throwaway call with the routed rows",
+       _variant(_MOE_ENUMERATE,
+                ("            tok, slot = torch.where(idx == e)", '''
+            out = type(expert).forward(expert, h)  # the counter wraps expert.forward only
+            tok, slot = torch.where(idx == e)
+'''),
+                ("                y.index_add_(0, tok, expert(h[tok]) * weights[tok, slot, None])", '''
+                _ = expert(h[tok])  # the routed number of rows, thrown away
+                y.index_add_(0, tok, out[tok] * weights[tok, slot, None])
+''')),
+       "call each expert only on the tokens routed to it"),
+    _e("every expert on every token, torch.where keeps the routed rows",
+       _variant(_MOE,
+                ("            y.index_add_(0, tok, self.experts[e](h[tok]) * weights[tok, slot, None])", '''
+            w = torch.zeros(h.size(0), dtype=h.dtype, device=h.device).index_put((tok,), weights[tok, slot])
+            routed = torch.zeros(h.size(0), dtype=torch.bool, device=h.device).index_fill(0, tok, True)
+            y = y + torch.where(routed[:, None], self.experts[e](h) * w[:, None], torch.zeros_like(h))
+''')),
+       "call each expert only on the tokens routed to it"),
     _e("top-k over the tokens (dim=0)",
        _variant(_MOE_ENUMERATE,
                 ("weights, idx = probs.topk(self.top_k, dim=-1)",
@@ -559,6 +580,21 @@ MOE_WRONG = [
 ]
 
 MOE_CORRECT = [
+    _e("grouped dispatch: tokens sorted by expert, one chunk per expert (split by counts)",
+       _variant(_MOE, ('''
+        y = torch.zeros_like(h)
+        ...
+        return y.reshape(x.shape), router_logits
+''', '''
+        flat = idx.reshape(-1)  # (N*K,) the expert of every (token, slot)
+        order = flat.argsort(stable=True)
+        token = order // self.top_k
+        counts = torch.bincount(flat, minlength=self.num_experts).tolist()
+        chunks = h[token].split(counts)
+        outs = torch.cat([expert(chunk) for expert, chunk in zip(self.experts, chunks)])
+        y = torch.zeros_like(h).index_add(0, token, outs * weights.reshape(-1)[order, None])
+        return y.reshape(x.shape), router_logits
+'''))),
     _e("Hugging Face Mixtral loop (one_hot mask, float32 softmax)", '''
 class MoE(nn.Module):
     def __init__(self, d_model, d_ff, num_experts, top_k):

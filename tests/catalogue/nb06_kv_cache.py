@@ -749,6 +749,35 @@ def generate(model, input_ids, max_new_tokens, temperature=0.0, top_k=None, top_
     return ids
 ''')),
        "prefill the prompt once with caches"),
+    # issue 25's forgeries of the old call record (run in the learner's process): the probe's
+    # module's _RECORDS rewritten, or the model's class swapped for one with a fake `record`. The
+    # cache_use part now reads the calls off the tokens of a probe whose logits depend on them.
+    _e("recomputes every step, rewrites the probe module's _RECORDS",
+       _variant(_GENERATE_NO_CACHE,
+                ("    return ids", '''
+    import sys
+    records = getattr(sys.modules.get(type(model).__module__), "_RECORDS", None)
+    if use_cache and records is not None:
+        n = len(model.blocks)
+        records[model] = [(input_ids.size(1), n, 0)] + [(1, n, 0)] * (max_new_tokens - 1)
+    return ids
+''')),
+       "prefill the prompt once with caches"),
+    _e("recomputes every step, swaps model.__class__ for one with a fake record",
+       _variant(_GENERATE_NO_CACHE,
+                ("    return ids", '''
+    if use_cache:
+        n, t = len(model.blocks), input_ids.size(1)
+
+        class Forged(type(model)):
+            @property
+            def record(self):
+                return torch.tensor([(t, n, 0)] + [(1, n, 0)] * (max_new_tokens - 1))
+
+        model.__class__ = Forged
+    return ids
+''')),
+       "prefill the prompt once with caches"),
     _e("caches used even with use_cache=False",
        _variant(_GENERATE,
                 ("caches = [KVCache() for _ in model.blocks] if use_cache else None",
@@ -784,6 +813,28 @@ def generate(model, input_ids, max_new_tokens, temperature=0.0, top_k=None, top_
 
 GENERATE_CORRECT = [
     _e("prefill then one token per step", _GENERATE),
+    _e("prefill before the loop, then decode steps (nanoGPT/HF style, a list of new tokens)", '''
+def generate(model, input_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
+             use_cache=True, generator=None):
+    if max_new_tokens == 0:
+        return input_ids
+    with torch.no_grad():
+        if not use_cache:
+            ids = input_ids
+            for _ in range(max_new_tokens):
+                nxt = sample_next_token(model(ids, caches=None)[:, -1], temperature, top_k, top_p, generator)
+                ids = torch.cat((ids, nxt.unsqueeze(1)), dim=1)
+            return ids
+        past = [KVCache() for _ in model.blocks]
+        logits = model(input_ids, caches=past)  # prefill
+        new = []
+        for step in range(max_new_tokens):
+            nxt = sample_next_token(logits[:, -1, :], temperature, top_k, top_p, generator)
+            new.append(nxt)
+            if step + 1 < max_new_tokens:
+                logits = model(nxt.view(-1, 1), caches=past)  # decode
+    return torch.cat([input_ids, torch.stack(new, dim=1)], dim=1)
+'''),
     _e("inference_mode, the step's input chosen per iteration", '''
 @torch.inference_mode()
 def generate(model, input_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,

@@ -334,6 +334,16 @@ class MultiHeadLatentAttention(nn.Module):
         return self.o_proj(out)
 '''
 
+_MLA_ABSORBED = '''
+            w = self.kv_b_proj.weight.view(H, dn + dv, Dc)
+            w_uk, w_uv = w[:, :dn], w[:, dn:]
+            q_lat = q_nope @ w_uk
+            scores = q_lat @ c_kv[:, None].transpose(-1, -2) + q_rope @ k_rope[:, None].transpose(-1, -2)
+            scores = (scores * scale).masked_fill(~mask, float("-inf"))
+            attn = torch.softmax(scores, dim=-1)
+            out = (attn @ c_kv[:, None]) @ w_uv.transpose(-1, -2)
+'''
+
 MLA_WRONG = [
     _e("absorb=True computing K and V per head in the layouts (B, H, dn, S) and (B, H, dv, S)",
        _variant(_MLA, ('''
@@ -440,6 +450,40 @@ MLA_WRONG = [
     _e("positions not offset by the cache", _variant(_MLA, (
         "torch.arange(past, past + T, device=x.device), dr", "torch.arange(T, device=x.device), dr")),
        "(P = cache.seq_len before update) for q_rope and k_rope"),
+    # issue 25's forgeries of the shape watcher, run in the learner's process: the naive path with
+    # torch's function modes switched off (the watcher also runs as a dispatch mode, below them), and
+    # the watcher's pieces replaced in sys.modules inside the grader's child (bound at import: no effect)
+    _e("absorbed: the naive path inside torch._C.DisableTorchFunction()", _variant(_MLA, (_MLA_ABSORBED, '''
+            with torch._C.DisableTorchFunction():  # switches off torch's function modes
+                kv = F.linear(c_kv, self.kv_b_proj.weight).view(B, S, H, dn + dv).transpose(1, 2)
+                k_nope, v = torch.split(kv, [dn, dv], dim=-1)
+                k = torch.cat([k_nope, k_rope[:, None].expand(B, H, S, dr)], dim=-1)
+                out, _ = scaled_dot_product_attention(torch.cat([q_nope, q_rope], dim=-1), k, v, mask)
+''')), "never multiply the latent by its weight"),
+    _e("absorbed: the naive path after replacing the checks' watcher in sys.modules", '''
+import sys
+
+if sys.argv and sys.argv[0].endswith("child.py"):  # only in the grader's child, as a forger would aim
+    def _watch_nothing(patterns):
+        return (lambda: None), (lambda *exc: None), (lambda: None)
+
+    for _name in ("tfcourse.checks.evidence", "tfcourse.checks.call"):
+        _mod = sys.modules.get(_name)
+        if _mod is None:
+            continue
+        _mod.watch_shapes = _watch_nothing
+        _mod.shape_matches = lambda shape, pattern: False
+        if hasattr(_mod, "ShapeWatch"):
+            _mod.ShapeWatch.outcome = lambda self: None
+        if hasattr(_mod, "RowCounter"):
+            _mod.RowCounter.counts = lambda self: torch.zeros(len(self.rows), dtype=torch.int64)
+
+''' + _variant(_MLA, (_MLA_ABSORBED, '''
+            kv = F.linear(c_kv, self.kv_b_proj.weight).view(B, S, H, dn + dv).transpose(1, 2)
+            k_nope, v = torch.split(kv, [dn, dv], dim=-1)
+            k = torch.cat([k_nope, k_rope[:, None].expand(B, H, S, dr)], dim=-1)
+            out, _ = scaled_dot_product_attention(torch.cat([q_nope, q_rope], dim=-1), k, v, mask)
+''')), "never multiply the latent by its weight"),
     _e("absorbed: K and V per head through the weight (F.linear), then the naive attention", _variant(_MLA, ('''
             w = self.kv_b_proj.weight.view(H, dn + dv, Dc)
             w_uk, w_uv = w[:, :dn], w[:, dn:]

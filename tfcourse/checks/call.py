@@ -18,11 +18,11 @@ import torch
 
 from .evidence import (
     RowCounter,
-    ShapeWatch,
     call_and_gradients,
     forward_and_gradients,
     modified_input,
     watch_inputs,
+    watch_shapes,
 )
 from .outcome import Outcome, outcome_of, outcome_of_exception
 
@@ -171,6 +171,10 @@ class Call:
     # from the written values, and the arguments come back changed): "the inputs are left
     # unwritten", derived from values, not from a comparison made in the child.
     twice: bool = False
+    # submodules of the built module replaced, after ``state`` is loaded and before the forward
+    # call, by the objects the Instances build: ((dotted name, Instance), ...), e.g. MoE's experts
+    # by probe experts whose output shows which rows they received ("experts.0", ...).
+    replace: tuple[tuple[str, Instance], ...] = ()
 
     def on_device(self) -> bool:
         """Whether the answer should live on the run's device: a tensor argument or DEVICE
@@ -201,6 +205,8 @@ class Call:
             sparts = [_describe(a) for a in step.args] + [f"{k}={_describe(v)}" for k, v in step.kwargs.items()]
             name = "" if step.method == "__call__" else f".{step.method}"
             text += f", then {owner}{name}({', '.join(sparts)})"
+        if self.replace:
+            text += f", with `{self.replace[0][0].rpartition('.')[0] or self.replace[0][0]}` replaced by the check's probes"
         if self.count_rows_of:
             text += f", counting the rows each of `{self.count_rows_of}` receives"
         if self.forbid_shapes:
@@ -334,9 +340,12 @@ class _CallRun:
     it builds and the results it keeps. Each phase returns the outcome that ends the run early (a
     modified input, a forbidden shape, not a module), or None to go on."""
 
-    def __init__(self, call: Call, namespace: dict[str, Any], target: Any,
-                 device: torch.device | str | None) -> None:
+    def __init__(self, call: Call, namespace: dict[str, Any], target: Any, device: torch.device | str | None,
+                 *, _watch_shapes: Any = watch_shapes) -> None:
+        # the shape watcher is bound here when this module is imported (a default argument), before
+        # learner code runs: replacing `watch_shapes` in this module or in evidence has no effect
         self.call, self.target, self.device = call, target, device
+        self.watch = _watch_shapes
         self.instances = _Instances(namespace, target)
         self.result: Any = None  # what the call returned; after a forward call, what that returned
         self.results: list[Any] = []  # the forward call's and the steps' results, in order
@@ -364,11 +373,13 @@ class _CallRun:
         self._watch(watched)
         if call.state is not None and (stop := self._load_state(call.state)) is not None:
             return stop
+        if call.replace and (stop := self._replace(call.replace)) is not None:
+            return stop
         rows = RowCounter(self.result, call.count_rows_of) if call.count_rows_of else None
         if isinstance(rows, Outcome):
             return rows
         built = self.result
-        shapes = ShapeWatch(call.forbid_shapes)
+        shapes = self.watch(call.forbid_shapes)  # (start, stop, verdict)
         if call.forward_args is not None and (stop := self._forward(call.forward_args, shapes)) is not None:
             return stop
         for step in call.steps:
@@ -385,7 +396,7 @@ class _CallRun:
         """``Call.twice``: the two results and the tensor arguments as they are after both calls."""
         call = self.call
         if call.state is not None or call.forward_args is not None or call.steps or call.grad_of or \
-                call.count_rows_of or call.forbid_shapes:
+                call.count_rows_of or call.forbid_shapes or call.replace:
             raise ValueError("Call.twice is for a plain function call (no state, forward, steps or evidence)")
         first = _flattened([self.target(*args, **kwargs)])  # kept now: an answer may return its input
         if not first.ok:
@@ -408,7 +419,22 @@ class _CallRun:
         load_parameters(self.result, _materialize(state, self.device))
         return None
 
-    def _forward(self, args: tuple, shapes: ShapeWatch) -> Outcome | None:
+    def _replace(self, replace: tuple[tuple[str, Instance], ...]) -> Outcome | None:
+        """Each named submodule of the built module replaced by the probe its Instance builds."""
+        if not isinstance(self.result, torch.nn.Module):
+            return _not_a_module(self.result)
+        for name, value in replace:
+            parent_name, _, child = name.rpartition(".")
+            try:
+                parent = self.result.get_submodule(parent_name)
+                parent.get_submodule(child)
+            except AttributeError:
+                return Outcome("error", error_type="AttributeError",
+                               error_message=f"the module has no submodule `{name}`")
+            setattr(parent, child, self._materialize(value))
+        return None
+
+    def _forward(self, args: tuple, shapes: tuple) -> Outcome | None:
         """The built module called on the forward inputs, in eval mode (with ``grad_of``, the
         backward pass too); its result is kept."""
         module = self.result
@@ -423,15 +449,15 @@ class _CallRun:
             if isinstance(self.result, Outcome):
                 return self.result
         else:
-            with torch.no_grad(), shapes:
-                self.result = module(*forward_args, **forward_kwargs)
+            with torch.no_grad():
+                self.result = _watched(shapes, module, forward_args, forward_kwargs)
         self._watch(watched)
-        if (forbidden := shapes.outcome()) is not None:
+        if (forbidden := shapes[2]()) is not None:
             return forbidden
         self.results.append(self.result)
         return None
 
-    def _step(self, step: Step, built: Any, shapes: ShapeWatch) -> Outcome | None:
+    def _step(self, step: Step, built: Any, shapes: tuple) -> Outcome | None:
         """One step on the object the call built or on an Instance of the call; its result is kept."""
         owner = built if not step.on else self.instances.by_key.get(step.on)
         if owner is None and (step.on or step.method):  # reading a returned None itself is fine
@@ -449,13 +475,23 @@ class _CallRun:
         step_args = self._materialize(step.args)
         step_kwargs = self._materialize(step.kwargs)
         watched = watch_inputs(signature_of, step_args, step_kwargs)
-        with torch.no_grad(), shapes:
-            value = fn(*step_args, **step_kwargs)
+        with torch.no_grad():
+            value = _watched(shapes, fn, step_args, step_kwargs)
         self._watch(watched)
-        if (forbidden := shapes.outcome()) is not None:
+        if (forbidden := shapes[2]()) is not None:
             return forbidden
         self.results.append(value)
         return None
+
+
+def _watched(shapes: tuple, fn: Any, args: tuple, kwargs: dict) -> Any:
+    """fn(*args, **kwargs) between the shape watcher's start and stop."""
+    start, stop, _ = shapes
+    start()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        stop(None, None, None)
 
 
 def _flattened(results: list[Any]) -> Outcome:

@@ -1,6 +1,7 @@
 """What a check measures while the code under test runs, besides what it returns: whether it
 wrote into its inputs, whether gradients reach its parameters, the shapes of the tensors it
-computes (:attr:`Call.forbid_shapes`) and the rows each expert receives (:attr:`Call.count_rows_of`).
+computes (:attr:`Call.forbid_shapes`, :func:`watch_shapes`) and the rows a submodule receives (:attr:`Call.count_rows_of`,
+MLA's ``kv_b_proj``).
 
 These run in the same process as the code under test (in the grader, its sandboxed child), so
 learner code can reach them; docs/grading.md lists the points that rest on them.
@@ -12,6 +13,7 @@ import inspect
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .outcome import FORBIDDEN_SHAPE, MODIFIED_INPUT, NO_GRADIENT, Outcome, is_plain_tensor
 
@@ -19,8 +21,8 @@ from .outcome import FORBIDDEN_SHAPE, MODIFIED_INPUT, NO_GRADIENT, Outcome, is_p
 # among its dimensions, in any order and place (as a multiset): per-head keys whatever their layout.
 ANY_ORDER = -2
 
-__all__ = ["ANY_ORDER", "RowCounter", "ShapeWatch", "call_and_gradients", "forward_and_gradients", "grad_output_for",
-           "modified_input", "tensor_leaves", "watch_inputs"]
+__all__ = ["ANY_ORDER", "RowCounter", "call_and_gradients", "forward_and_gradients", "grad_output_for",
+           "modified_input", "tensor_leaves", "watch_inputs", "watch_shapes"]
 
 
 def shape_matches(shape: tuple[int, ...], pattern: tuple[int, ...]) -> bool:
@@ -37,45 +39,71 @@ def shape_matches(shape: tuple[int, ...], pattern: tuple[int, ...]) -> bool:
                                                                           strict=True))
 
 
-class ShapeMode(torch.overrides.TorchFunctionMode):
-    """Records the first torch op whose output (or one of its outputs) ends with a forbidden shape."""
+def _sealed_shape_watch() -> Any:
+    """The shape watcher, built once when this module is imported, before any learner code runs.
 
-    def __init__(self, patterns: tuple[tuple[int, ...], ...]) -> None:
-        super().__init__()
-        self.patterns = patterns
-        self.found = ""
+    It watches every torch function (``TorchFunctionMode``: its message names the function the code
+    called) and every aten operation (``TorchDispatchMode``, below the functions: what
+    ``torch._C.DisableTorchFunction()`` does not switch off, and what ``F.linear``, ``einsum`` and
+    ``@`` all come down to). Everything it uses (the matching helpers, the mode classes, their
+    ``__enter__``/``__exit__``, what it has found) is bound here, in closures, not looked up in a
+    module at run time: replacing ``ShapeWatch``, ``shape_matches`` or ``tensor_leaves`` in
+    ``sys.modules["tfcourse.checks.evidence"]`` or ``sys.modules["tfcourse.checks.call"]`` changes
+    nothing (call.py binds ``watch_shapes`` the same way). What it does not stop: docs/grading.md.
+    """
+    matches, leaves, outcome_cls, error_type = shape_matches, tensor_leaves, Outcome, FORBIDDEN_SHAPE
+    function_base, dispatch_base = torch.overrides.TorchFunctionMode, TorchDispatchMode
+    enter_function, exit_function = function_base.__enter__, function_base.__exit__
+    enter_dispatch, exit_dispatch = dispatch_base.__enter__, dispatch_base.__exit__
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if not self.found:
-            for _, t in tensor_leaves(out, ""):
-                shape = tuple(t.shape)
-                if any(shape_matches(shape, p) for p in self.patterns):
+    def forbidden(out: Any, patterns: tuple) -> tuple[int, ...] | None:
+        for _, t in leaves(out, ""):
+            shape = tuple(t.shape)
+            if any(matches(shape, p) for p in patterns):
+                return shape
+        return None
+
+    def watch_shapes(patterns: tuple[tuple[int, ...], ...]) -> tuple[Any, Any, Any]:
+        """(start, stop, verdict) for one call: ``start()``/``stop(*exc_info)`` around the code,
+        ``verdict()`` the FORBIDDEN_SHAPE error outcome, or None. No patterns: no watching."""
+        found: list[str] = []  # by the function mode: it names what the code called
+        found_below: list[str] = []  # by the dispatch mode
+
+        class _Functions(function_base):  # type: ignore[valid-type, misc]
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if not found and (shape := forbidden(out, patterns)) is not None:
                     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
-                    self.found = f"`{name}` computed a tensor of shape {shape}"
-                    break
-        return out
+                    found.append(f"`{name}` computed a tensor of shape {shape}")
+                return out
 
+        class _Operations(dispatch_base):  # type: ignore[valid-type, misc]
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if not found_below and (shape := forbidden(out, patterns)) is not None:
+                    found_below.append(f"the operation `{func}` computed a tensor of shape {shape}")
+                return out
 
-class ShapeWatch:
-    """``with watch:`` runs code under a :class:`ShapeMode` when ``patterns`` is not empty;
-    ``outcome()`` is then the FORBIDDEN_SHAPE error outcome, or None."""
+        modes = (_Functions(), _Operations()) if patterns else ()
 
-    def __init__(self, patterns: tuple[tuple[int, ...], ...]) -> None:
-        self.mode = ShapeMode(patterns) if patterns else None
+        def start() -> None:
+            if modes:
+                enter_dispatch(modes[1])
+                enter_function(modes[0])
 
-    def __enter__(self) -> None:
-        if self.mode is not None:
-            self.mode.__enter__()
+        def stop(*exc: Any) -> None:
+            if modes:
+                exit_function(modes[0], *exc)
+                exit_dispatch(modes[1], *exc)
 
-    def __exit__(self, *exc: Any) -> None:
-        if self.mode is not None:
-            self.mode.__exit__(*exc)
+        def verdict() -> Outcome | None:
+            message = found[0] if found else (found_below[0] if found_below else None)
+            return None if message is None else outcome_cls("error", error_type=error_type, error_message=message)
 
-    def outcome(self) -> Outcome | None:
-        if self.mode is None or not self.mode.found:
-            return None
-        return Outcome("error", error_type=FORBIDDEN_SHAPE, error_message=self.mode.found)
+        return start, stop, verdict
+
+    return watch_shapes
+
 
 
 def grad_output_for(output: torch.Tensor) -> torch.Tensor:
@@ -220,3 +248,7 @@ class RowCounter:
     def remove(self) -> None:
         for child in self.children:
             child.__dict__.pop("forward", None)
+
+
+# built last, from the helpers above, when this module is imported (see _sealed_shape_watch)
+watch_shapes = _sealed_shape_watch()

@@ -57,6 +57,7 @@ def call_to_json(call: Call, tensors: dict[str, torch.Tensor], prefix: str) -> d
         "count_rows_of": call.count_rows_of,
         "forbid_shapes": [[int(n) for n in p] for p in call.forbid_shapes],
         "twice": bool(call.twice),
+        "replace": [[str(name), enc(value)] for name, value in call.replace],
     }
 
 
@@ -91,7 +92,14 @@ def call_from_json(spec: dict, tensors: dict[str, torch.Tensor]) -> Call:
         count_rows_of=str(spec.get("count_rows_of", "")),
         forbid_shapes=tuple(tuple(int(n) for n in p) for p in spec.get("forbid_shapes", [])),
         twice=bool(spec.get("twice", False)),
+        replace=tuple(_replacement(str(name), dec(value)) for name, value in spec.get("replace", [])),
     )
+
+
+def _replacement(name: str, value: Any) -> tuple[str, Instance]:
+    if not isinstance(value, Instance):
+        raise ValueError(f"a replacement of `{name}` must be an Instance")
+    return name, value
 
 
 OUTCOME_KINDS = ("tensor", "tuple", "error", "bad_type")

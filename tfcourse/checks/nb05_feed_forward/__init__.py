@@ -10,8 +10,8 @@ queue; ``mistakes.py`` is the catalogue of known wrong implementations whose hin
 shows, ``hint_texts.py`` the words of the hints.
 
 Modules are built and loaded by parameter name, e.g. ``Call("MoE", (D, F, E, K), state=...,
-forward_args=(x,), count_rows_of="experts")``: the sparse part counts the rows each expert's
-forward receives. ``FeedForward`` calls ``gelu`` and ``MoE`` calls ``SwiGLU`` (the course's call
+forward_args=(x,))``; the sparse part replaces the experts by probes (``probes.py``,
+``Call.replace``) whose output is NaN for a call holding a token not routed to them, and judges y. ``FeedForward`` calls ``gelu`` and ``MoE`` calls ``SwiGLU`` (the course's call
 graph): a broken ``gelu`` or ``SwiGLU`` does not cost the caller's points, the course's version
 stands in for it.
 """

@@ -81,11 +81,13 @@ HINTS = {
                   "dim=-1), then top-K of probs and renormalise",
     "unweighted": "scale each expert's output by its routing weight before adding: "
                   "expert(h[token]) * weights[token, slot, None]",
-    "expert_parts": "call each expert module itself, expert(h[token]): the checks count the rows each "
-                    "expert's forward receives (calling its gate_proj/up_proj directly bypasses it)",
+    "expert_parts": "call each expert module itself, expert(h[token]): the checks' experts are probes whose "
+                    "forward is not the SwiGLU of their three projections (calling gate_proj/up_proj directly "
+                    "bypasses it)",
     "moe_top_k": "raise ValueError unless 1 <= top_k <= num_experts",
-    "extra_rows": "an expert's forward received more rows than were routed to it: every call of expert(...) "
-                  "or expert.forward(...) counts, also one whose result is multiplied by 0 or thrown away",
+    "extra_rows": "call each expert only on the tokens routed to it, expert(h[token]): the checks' experts "
+                  "return NaN for a whole call that holds any other token, so every expert on every token, then "
+                  "a zero weight, torch.where or a second call, gives NaN",
     "router_detached": "the router learns through y: do not .detach() router_logits or the probabilities "
                        "(nor route under torch.no_grad()); the gradient reaches gate.weight through the K "
                        "routing weights",

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ...device import make_generator
-from ..call import Call, Step
+from ..call import Call, Instance, Step
 from ..case import Case, Judge
 from ..evidence import grad_output_for
 from ..outcome import NO_GRADIENT
@@ -41,7 +41,7 @@ from .cases import (
 )
 from .hint_texts import HINTS
 
-__all__ = ["BALANCE_GRAD_NAMES", "GRAD_TOL", "MARGIN", "MOE_GRAD_NAMES", "MOE_NAMES", "ROUTER_FLOAT64_TOL", "ROUTE_NAMES", "balance_grad_call", "balance_oracle", "check_margin", "circulant_logits", "error_hint", "judge_balance_gradient", "judge_moe_gradient", "judge_rows", "moe_call", "moe_grad_call", "moe_inputs", "moe_oracle", "router_tolerance"]
+__all__ = ["BALANCE_GRAD_NAMES", "GRAD_TOL", "MARGIN", "MOE_GRAD_NAMES", "MOE_NAMES", "ROUTER_FLOAT64_TOL", "ROUTE_NAMES", "balance_grad_call", "balance_oracle", "check_margin", "circulant_logits", "error_hint", "judge_balance_gradient", "judge_moe_gradient", "judge_sparse", "moe_call", "moe_grad_call", "moe_inputs", "moe_oracle", "probe_markers", "router_tolerance"]
 
 ROUTER_FLOAT64_TOL = (1e-6, 1e-5)
 # the smallest gap between the K-th and the (K+1)-th router probability of any token in a case
@@ -52,6 +52,8 @@ BALANCE_GRAD_NAMES = ("loss", "router_logits.grad")
 # gradients of float64 routing (a float32 softmax inside is allowed): float32 level
 GRAD_TOL = (1e-6, 1e-5)
 ROUTE_NAMES = ("expert_index", "weights", "kept")
+PROBE_EXPERT = "tfcourse.checks.nb05_feed_forward.probes:RoutedExpert"
+SWIGLU_PROJ = ("gate_proj", "up_proj", "down_proj")
 
 
 def router_tolerance(dtype: torch.dtype) -> tuple[float | None, float | None]:
@@ -115,20 +117,35 @@ def moe_inputs(seed: int, shape: tuple[int, ...], d_ff: int, num_experts: int, t
 
 
 def moe_call(x: torch.Tensor, state: dict[str, torch.Tensor], d_ff: int, num_experts: int, top_k: int,
-             count: bool = False) -> Call:
-    return Call("MoE", (x.size(-1), d_ff, num_experts, top_k), state=state, forward_args=(x,),
-                count_rows_of="experts" if count else "")
+             markers: torch.Tensor | None = None) -> Call:
+    """MoE(D, d_ff, E, K) loaded with ``state``, called on x. With ``markers`` (E, D), the sparse
+    part's call: every expert replaced by a ``probes.RoutedExpert`` (same weights, plus its marker,
+    NaN for a call that holds a token not routed to it)."""
+    replace = () if markers is None else tuple(
+        (f"experts.{e}", Instance(PROBE_EXPERT, (state["gate.weight"], e, top_k,
+                                                 *(state[f"experts.{e}.{p}.weight"] for p in SWIGLU_PROJ),
+                                                 markers[e])))
+        for e in range(num_experts))
+    return Call("MoE", (x.size(-1), d_ff, num_experts, top_k), state=state, forward_args=(x,), replace=replace)
 
 
-def moe_oracle(x: torch.Tensor, state: dict[str, torch.Tensor], num_experts: int,
-               top_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(y, router_logits, tokens routed to each expert) in float64, computed densely."""
+def probe_markers(seed: int, num_experts: int, d_model: int, dtype: torch.dtype) -> torch.Tensor:
+    """(E, D) the vectors the probe experts add to their SwiGLU, drawn from ``seed``."""
+    return (0.5 * torch.randn(num_experts, d_model, generator=make_generator(seed), dtype=F64)).to(dtype)
+
+
+def moe_oracle(x: torch.Tensor, state: dict[str, torch.Tensor], num_experts: int, top_k: int,
+               markers: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(y, router_logits, tokens routed to each expert) in float64, computed densely; with
+    ``markers``, of the probe experts (each expert's SwiGLU plus its marker)."""
     h = x.double().reshape(-1, x.size(-1))
     logits = F.linear(h, state["gate.weight"].double())
     probs = torch.softmax(logits, dim=-1)
     top, index = probs.topk(top_k, dim=-1)
     weights = torch.zeros_like(probs).scatter(1, index, top / top.sum(dim=-1, keepdim=True))  # (N, E)
     outs = torch.stack([swiglu_oracle(h, state, f"experts.{e}.") for e in range(num_experts)], dim=1)  # (N, E, D)
+    if markers is not None:
+        outs = outs + markers.double()[None]
     y = (weights[..., None] * outs).sum(dim=1)
     counts = torch.bincount(index.reshape(-1), minlength=num_experts)
     return y.reshape(x.shape), logits, counts
@@ -193,34 +210,32 @@ def _moe_grad_case(title: str, seed: int, shape: tuple[int, ...], d_ff: int, num
     return make_case("MoE", title, [moe_grad_call(x, state, d_ff, num_experts, top_k)], judge, seed=s)
 
 
-def judge_rows(j: Judge, want: torch.Tensor) -> None:
-    """The rows each expert's forward received (the outcome's last tensor) equal ``want``."""
+def judge_sparse(j: Judge, y_want: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """y of a MoE whose experts are probe experts (``moe_call`` with markers) equals ``y_want``:
+    NaN means an expert's forward got a token not routed to it; other values, that the experts'
+    own forward did not make y (their projections called one by one)."""
     o = j.outcomes[0]
     if o.kind == "error":
         j.values(0)  # reports the exception
-    if o.kind == "bad_type" or len(o.tensors) != 3:
-        got = "something else" if o.kind == "bad_type" else f"{len(o.tensors) - 1} tensor(s)"
-        j.fail(f"forward returned {got}; expected the tuple (y, router_logits)")
-    rows = o.tensors[2]
-    if not torch.equal(rows, want.to(rows.dtype)):
-        e = int((rows != want).nonzero()[0])
-        hint = j.mistake_hint()
-        if hint is None and int(rows.sum()) == 0:
-            hint = HINTS["expert_parts"]
-        elif hint is None and bool((rows >= want).all()):
-            hint = HINTS["extra_rows"]
-        j.fail(f"expert {e}'s forward received {int(rows[e])} rows; {int(want[e])} (token, slot) assignments "
-               "are routed to it", f"rows per expert: {rows.tolist()}; routed: {want.tolist()}", hint=hint)
+    y = returned_tensor(j, 0, 0, n=2, names=MOE_NAMES, shape=shape, dtype=dtype, float32_ok=True)
+    if bool(y.isnan().any()):
+        j.fail("y holds NaN: an expert's forward was given a token not routed to it (the check's experts return "
+               "NaN for the whole call then, whatever weight or mask is applied afterwards)",
+               hint=HINTS["extra_rows"])  # many routing mistakes give NaN too: this names the part's rule
+    atol, rtol = router_tolerance(dtype)
+    j.close(y, y_want.to(dtype), name="y", atol=atol, rtol=rtol, hint=j.mistake_hint() or HINTS["expert_parts"],
+            oracle="Σ_e w_e·expert_e(x) with the check's experts (SwiGLU plus a marker vector)")
 
 
 def _moe_sparse_case(title: str, seed: int, shape: tuple[int, ...], d_ff: int, num_experts: int, top_k: int,
                      dtype: torch.dtype, need_idle: bool = False) -> Case:
     s, x, state = moe_inputs(seed, shape, d_ff, num_experts, top_k, dtype, need_idle=need_idle)
+    markers = probe_markers(s + 7, num_experts, shape[-1], dtype)
 
     def judge(j: Judge) -> None:
-        judge_rows(j, moe_oracle(x, state, num_experts, top_k)[2])
+        judge_sparse(j, moe_oracle(x, state, num_experts, top_k, markers)[0], tuple(x.shape), dtype)
 
-    return make_case("MoE", title, [moe_call(x, state, d_ff, num_experts, top_k, count=True)], judge, seed=s,
+    return make_case("MoE", title, [moe_call(x, state, d_ff, num_experts, top_k, markers)], judge, seed=s,
                      part="sparse")
 
 
@@ -262,8 +277,9 @@ def _moe_cases() -> list[Case]:
     cases.append(_moe_grad_case("backward (float64): y back-propagated, gate.weight's gradient equals that of the "
                                 "renormalised top-2 weights (MoE(8, 16, 4, top_k=2), x (2, 5, 8))", 5351, (2, 5, 8),
                                 16, 4, 2))
-    cases.append(_moe_sparse_case("sparse: each expert's forward receives exactly the tokens routed to it (MoE(8, "
-                                  "16, 8, top_k=2), x (2, 6, 8) float64, rows counted per expert)", 5331, (2, 6, 8),
+    cases.append(_moe_sparse_case("sparse: each expert's forward receives only the tokens routed to it (MoE(8, 16, 8, "
+                                  "top_k=2), x (2, 6, 8) float64, the check's probe experts: NaN for a call holding "
+                                  "a token not routed to that expert)", 5331, (2, 6, 8),
                                   16, 8, 2, F64))
     cases.append(_moe_sparse_case("sparse, top_k=1 with an expert that no token chose (skip it or call it on 0 "
                                   "rows): MoE(8, 16, 4, 1), x (1, 9, 8) float32", 5341, (1, 9, 8), 16, 4, 1, F32,

@@ -8,7 +8,9 @@ with the softmax of the filtered logits computed here: |freq − p| ≤ 5·sqrt(
 every token, and the support exactly (a token outside the kept set never appears; every kept token
 with p ≥ 0.01 appears). The logits have no ties at the top-k boundary and no cumulative mass
 within 0.02 of p. ``generate`` is judged on ``probes.ProbeLM``, a deterministic model whose next
-token depends on the whole history it sees through the caches (greedy margins ≥ 7 logits).
+token depends on the whole history it sees through the caches (greedy margins ≥ 7 logits); its
+``cache_use`` part on one whose next token also depends on how it is called, so the tokens show
+whether the cache was used as stated.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from __future__ import annotations
 import torch
 
 from ...device import make_generator
-from ..call import DEVICE, INT_STEP, Call, Instance, Step
+from ..call import DEVICE, INT_STEP, Call, Instance
 from ..case import Case, Judge, not_a_python_int
 from .cases import NOTEBOOK, error_hints, make_case, randn, step_tensors
 from .hint_texts import HINTS
-from .mistakes import SAMPLING, filtered_probs
+from .mistakes import MISTAKES, SAMPLING, filtered_probs
 
-__all__ = ["GENERATOR", "N_DRAWS", "PROBE", "ROW_A", "ROW_B", "penalty_oracle", "probe", "record_case", "require_ints",
+__all__ = ["GENERATOR", "N_DRAWS", "PROBE", "ROW_A", "ROW_B", "calls_case", "penalty_oracle", "probe", "require_ints",
            "sampling_case", "tokens_of", "unwritten_case"]
 
 PROBE = "tfcourse.checks.nb06_kv_cache.probes:ProbeLM"
@@ -281,31 +283,32 @@ def _generate_case(title: str, seed: int, b: int, t: int, n: int, part: str = "c
     return make_case("generate", title, [call], error_hints(judge), seed=seed, part=part)
 
 
-def record_case(title: str, seed: int, use_cache: bool, b: int = 2, t: int = 4, n: int = 5) -> Case:
+def calls_case(title: str, seed: int, use_cache: bool, b: int = 2, t: int = 4, n: int = 5, num_layers: int = 2,
+               hidden: bool = False) -> Case:
+    """How generate calls the model, read off its tokens: a ``calls_matter`` probe, whose logits
+    depend on the input's length, on caches or None and on autograd, gives the expected tokens
+    only when called as the task states. The expected tokens: ``probe_calls_greedy`` (visible),
+    the reference's generate on the same probe (hidden)."""
+    from .probes import probe_calls_greedy
+
     ids = _prompt(seed, b, t)
-    call = Call("generate", (probe("m"), ids, n), {"use_cache": use_cache},
-                steps=(Step("record", on="m", attribute=True),))
+    call = Call("generate", (probe(calls_matter=True, num_layers=num_layers), ids, n), {"use_cache": use_cache})
+    stated = ("the prompt once, then one token per call with the same caches" if use_cache else
+              "the whole sequence with caches=None at every call")
 
     def judge(j: Judge) -> None:
-        (record,) = step_tensors(j, 0, 1, "the probe's record of its calls")
-        rows = [tuple(int(v) for v in r) for r in record]
-        if use_cache:
-            lengths = [r[0] for r in rows]
-            j.require(len(rows) in (n, n + 1) and lengths[0] == t and all(x == 1 for x in lengths[1:]),
-                      f"the model got inputs of lengths {lengths}; expected the prompt once ({t}), then one token per "
-                      f"call: {[t] + [1] * (n - 1)}", hint=j.mistake_hint())
-            j.require(all(r[1] == 2 for r in rows), f"caches passed per call: {[r[1] for r in rows]} "
-                      "(-1 = None); expected a list of 2 (one per block) at every call", hint=j.mistake_hint())
-        else:  # caches first: a loop that uses caches whatever use_cache says also feeds one token per call
-            j.require(all(r[1] == -1 for r in rows), f"use_cache=False: caches passed {[r[1] for r in rows]}; "
-                      "expected caches=None (-1)", hint=HINTS["gen_uncached_caches"])
-            lengths = [r[0] for r in rows]
-            j.require(lengths[:n] == list(range(t, t + n)), f"use_cache=False: the model got inputs of lengths "
-                      f"{lengths}; expected the whole sequence each call: {list(range(t, t + n))}",
-                      hint=j.mistake_hint())
-        j.require(all(r[2] == 0 for r in rows), "the model ran with autograd on", hint=HINTS["no_grad"])
+        want = j.expected_tensor(0) if hidden else probe_calls_greedy(ids, n, use_cache, num_layers=num_layers)
+        got = j.tensor(shape=(b, t + n), dtype=torch.int64)
+        wrong = (got != want).nonzero()
+        if len(wrong):
+            bb, at = (int(i) for i in wrong[0])
+            j.fail(f"token {at} of sequence {bb} (new token {at - t + 1} of {n}) is {int(got[bb, at])}; called as the "
+                   f"task states ({stated}, no autograd), this probe gives {int(want[bb, at])}",
+                   "(its logits depend on how it is called: the input's length, caches or None, autograd on or off)",
+                   hint=j.mistake_hint() or (None if use_cache else HINTS["gen_uncached_caches"]))
 
-    return make_case("generate", title, [call], error_hints(judge), seed=seed, part="cache_use")
+    return Case("generate", title, [call], error_hints(judge), seed=seed, mistakes=MISTAKES["generate"],
+                part="cache_use", reference=hidden, hidden=hidden)
 
 
 def _options_case(seed: int) -> Case:
@@ -365,9 +368,9 @@ def _generate_cases() -> list[Case]:
         _generate_case("greedy without the cache (use_cache=False)", 6611, 2, 5, 8, use_cache=False),
         _generate_case("a one-token prompt, B = 1, 6 new tokens, temperature=0.0", 6621, 1, 1, 6, temperature=0.0),
         _generate_case("max_new_tokens = 0 returns the prompt", 6631, 2, 4, 0),
-        record_case("use_cache=True: the model gets the prompt once, then one token per call, with one cache per "
-                     "block, under no_grad", 6641, True),
-        record_case("use_cache=False: the model gets the whole sequence each call, caches=None", 6651, False),
+        calls_case("use_cache=True: the prompt once, then one token per call with one cache per block, under "
+                   "no_grad (a probe whose logits depend on how it is called)", 6641, True),
+        calls_case("use_cache=False: the whole sequence each call, caches=None (the same probe)", 6651, False),
         _options_case(6661),
         _seeds_case(6671),
     ]

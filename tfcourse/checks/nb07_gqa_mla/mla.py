@@ -100,6 +100,9 @@ def absorb_forbidden(b: int, h: int, dc: int, dn: int, dr: int, dv: int, chunks:
         found |= {(s, wide), (b * s, wide)}
         if s > t:
             assert s not in (*chunks, dc), "a cached S must be neither a T nor Dc (w_uv.mT is (H, Dc, dv))"
+            # the watcher sees aten operations too, where matmul merges B and H into one dimension
+            assert b * h not in (dn, dv, dn + dv), "with a cache, B·H must be none of dn, dv, dn + dv"
+            assert s not in (dn, dv, dn + dv), "a cached S must be none of dn, dv, dn + dv"
             found |= {(ANY_ORDER, s, h, w) for w in (dn, dv, dn + dv)}
     return tuple(sorted(found))
 
@@ -252,8 +255,8 @@ def _mla_cases() -> list[Case]:
         _mla_case("absorb=True, no cache, H = 3: the same outputs as the naive path; kv_b_proj's forward is never "
                   "called (its rows are counted) and K and V are never built per head", 7351, h=3, absorb=True,
                   part="absorb"),
-        _mla_case("absorb=True, q_lora_rank = 6, H = 3, Dc = 9, with a LatentCache: chunks 3, 1, 3 (no K or V "
-                  "per head)", 7361, h=3, dq=6, dc=9, chunks=(3, 1, 3), absorb=True, part="absorb"),
+        _mla_case("absorb=True, q_lora_rank = 6, H = 3, Dc = 9, dn = 8, with a LatentCache: chunks 3, 1, 3 (no K "
+                  "or V per head)", 7361, h=3, dq=6, dc=9, dn=8, chunks=(3, 1, 3), absorb=True, part="absorb"),
         _mla_case("absorb=True, H = 4, Dc = 12, dn = 4, dr = 2, dv = 6, float32", 7371, h=4, dn=4, dr=2, dv=6, dc=12,
                   dtype=f32, absorb=True, part="absorb"),
     ]

@@ -1,6 +1,10 @@
 """Notebook 08's oracles from ``transformers``: LlamaForCausalLM and BertModel holding the tiny
 files' weights, and the packaged SmolLM2 and MiniLM loaded by ``transformers``' own code, on the
-inputs below. The oracles of the real models are computed once per process (functools.cache).
+inputs below. Every oracle is computed once per process (functools.cache) and kept in the
+course's on-disk cache (tfcourse/cache.py), keyed by its inputs, the weight files, the installed
+torch/transformers/gguf/safetensors and this package's source: a later process (the next check
+in a new kernel, the next grader command) reads it in milliseconds instead of importing
+transformers and running the model (seconds).
 """
 
 from __future__ import annotations
@@ -99,14 +103,41 @@ def _hf_llama_assigned(config: dict, state: dict[str, torch.Tensor]):
 
 @functools.cache
 def hf_llama_logits(config: str, seed: int, quantized: bool, ids: tuple[tuple[int, ...], ...]) -> torch.Tensor:
-    """Logits (B, T, V) float64 of transformers' LlamaForCausalLM holding a tiny file's weights."""
+    """Logits (B, T, V) float64 of transformers' LlamaForCausalLM holding a tiny file's weights;
+    kept on disk (_on_disk)."""
+    return _on_disk("hf_llama_logits", repr((config, seed, quantized, ids)),
+                    lambda: _hf_llama_logits(config, seed, quantized, ids))
+
+
+def _hf_llama_logits(config: str, seed: int, quantized: bool, ids: tuple[tuple[int, ...], ...]) -> torch.Tensor:
     model = _hf_llama(probes.LLAMA[config], probes.llama_weights(config, seed, quantized), torch.float64)
     with torch.no_grad():
         return model(torch.tensor(ids)).logits.detach()
 
 
+def _on_disk(name: str, weights: str, compute):
+    """``compute()``, kept in the on-disk cache under a key of everything it is derived from."""
+    from pathlib import Path
+
+    from tfcourse import cache
+
+    here = Path(__file__).resolve().parent
+    digest = cache.key(name, weights, cache.versions("torch", "transformers", "gguf", "safetensors"),
+                       cache.source_digest(here), (here.parent.parent / "pretrained.py").read_bytes())
+    return cache.tensors("oracles", digest, compute)
+
+
 @functools.cache
 def smollm2_oracle_logits() -> torch.Tensor:
+    """SmolLM2's logits (1, T, V) float32 on SMOLLM2_PROMPT from transformers' LlamaForCausalLM
+    (see _smollm2_oracle_logits); kept on disk (_on_disk)."""
+    from tfcourse import cache
+    from tfcourse.pretrained import smollm2_gguf_path
+
+    return _on_disk("smollm2_oracle_logits", cache.file_stamp(smollm2_gguf_path()), _smollm2_oracle_logits)
+
+
+def _smollm2_oracle_logits() -> torch.Tensor:
     """SmolLM2's logits (1, T, V) float32 on SMOLLM2_PROMPT from transformers' LlamaForCausalLM,
     its weights converted by transformers' own GGUF code (its name map, from a LlamaForCausalLM
     on the meta device, and its llama tensor processor's q/k permutation), i.e. the loop of
@@ -183,7 +214,13 @@ def _hf_bert_config(config: dict):
 
 @functools.cache
 def hf_bert_hidden(config: str, seed: int, ids: tuple, mask: tuple, types: tuple) -> torch.Tensor:
-    """Last hidden states (B, T, D) float64 of transformers' BertModel holding a tiny file's weights."""
+    """Last hidden states (B, T, D) float64 of transformers' BertModel holding a tiny file's
+    weights; kept on disk (_on_disk)."""
+    return _on_disk("hf_bert_hidden", repr((config, seed, ids, mask, types)),
+                    lambda: _hf_bert_hidden(config, seed, ids, mask, types))
+
+
+def _hf_bert_hidden(config: str, seed: int, ids: tuple, mask: tuple, types: tuple) -> torch.Tensor:
     _import_transformers()
     from transformers import BertModel
 
@@ -199,7 +236,16 @@ def hf_bert_hidden(config: str, seed: int, ids: tuple, mask: tuple, types: tuple
 @functools.cache
 def minilm_oracle_hidden() -> torch.Tensor:
     """MiniLM's last hidden states (B, T, D) float32 on MINILM_BATCH from transformers' BertModel
-    loaded from the package's folder (no download)."""
+    loaded from the package's folder (no download); kept on disk (_on_disk)."""
+    from tfcourse import cache
+    from tfcourse.pretrained import minilm_dir
+
+    folder = minilm_dir()
+    stamps = ";".join(cache.file_stamp(folder / name) for name in ("config.json", "model.safetensors"))
+    return _on_disk("minilm_oracle_hidden", stamps, _minilm_oracle_hidden)
+
+
+def _minilm_oracle_hidden() -> torch.Tensor:
     _import_transformers()
     from transformers import BertModel
 

@@ -1,13 +1,7 @@
-"""Reference components exported from the solution notebooks by `python -m grader.build`.
-
-Later notebooks import earlier notebooks' components from here, so a learner who is stuck
-on one notebook can still do the next. GENERATED: do not edit.
-
-NOTEBOOKS names the notebooks whose module this install holds (a learner environment built by
-`python -m grader.instructor learner-env --through NN` only those up to NN), COURSE all of them.
-Importing a course notebook's module left out here raises ModuleNotFoundError saying why
-(tfcourse/unreleased.py).
-"""
+"""Reference components exported from the solution notebooks by `python -m grader.build`
+(GENERATED: do not edit). Later notebooks import earlier notebooks' components from here, so a
+learner stuck on one notebook can still do the next. NOTEBOOKS: the notebooks whose module this
+install holds; COURSE: all of them (tfcourse/unreleased.py: why a module left out fails)."""
 
 from tfcourse.unreleased import install as _install
 

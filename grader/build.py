@@ -119,86 +119,29 @@ def reference_module(notebook: str, source_nb) -> str:
 
 
 #: ``tfcourse/reference/__init__.py``. ``learner-env`` rewrites its ``NOTEBOOKS = ...`` line to the
-#: notebooks it keeps; ``COURSE`` stays the whole course. A course notebook's module that NOTEBOOKS
-#: leaves out then raises a ModuleNotFoundError that says why (a demo cell after an exercise
-#: imports its own notebook's reference: a bare "No module named" reads as a broken install; a
-#: later notebook's imports cell imports earlier ones', ``IMPORTED_BY``: skipping it is no way out,
-#: the environment is too old for that notebook). The
+#: notebooks it keeps; ``COURSE`` stays the whole course; tfcourse/unreleased.py makes a course
+#: notebook's module that NOTEBOOKS leaves out raise a ModuleNotFoundError that says why (a demo
+#: cell after an exercise imports its own notebook's reference: a bare "No module named" reads as
+#: a broken install; a later notebook's imports cell imports earlier ones', ``IMPORTED_BY``:
+#: skipping it is no way out, the environment is too old for that notebook). The
 #: grader's library copy keeps NOTEBOOKS whole and only deletes files: the ordinary error there,
 #: which the feedback explains (tfcourse/checks/case.py).
 REFERENCE_INIT = '''\
-"""Reference components exported from the solution notebooks by `python -m grader.build`.
+"""Reference components exported from the solution notebooks by `python -m grader.build`
+(GENERATED: do not edit). Later notebooks import earlier notebooks' components from here, so a
+learner stuck on one notebook can still do the next. NOTEBOOKS: the notebooks whose module this
+install holds; COURSE: all of them (tfcourse/unreleased.py: why a module left out fails)."""
 
-Later notebooks import earlier notebooks' components from here, so a learner who is stuck
-on one notebook can still do the next. GENERATED: do not edit.
-
-NOTEBOOKS names the notebooks whose module this install holds (a learner environment built by
-`python -m grader.instructor learner-env --through NN` only those up to NN), COURSE all of them.
-Importing a course notebook's module left out here raises ModuleNotFoundError saying why.
-"""
-
-import importlib.abc as _abc
-import sys as _sys
+from tfcourse.unreleased import install as _install
 
 NOTEBOOKS = {notebooks}
 COURSE = {notebooks}
 # notebook: the later notebooks whose imports cell imports its reference
 IMPORTED_BY = {imported_by}
 
-_UNRELEASED = {{f"{{__name__}}.nb{{n}}": n for n in COURSE if n not in NOTEBOOKS}}
-
-
-def _number(notebook: str) -> str:
-    return notebook.split("_", 1)[0]
-
-
-def _not_released(name: str) -> ModuleNotFoundError:
-    notebook = _UNRELEASED[name]
-    number = _number(notebook)
-    held = f"notebooks {{_number(NOTEBOOKS[0])}}-{{_number(NOTEBOOKS[-1])}}" if NOTEBOOKS else "no notebook"
-    lines = [f"No module named {{name!r}}: the reference solutions of notebook {{number}} ({{notebook}}) "
-             f"are not in this course environment yet (it holds those of {{held}}). Your instructor "
-             "releases them after that notebook's due date."]
-    importers = [_number(n) for n in IMPORTED_BY.get(notebook, [])]
-    if importers:
-        which = " or ".join(filter(None, [", ".join(importers[:-1]), importers[-1]]))
-        lines.append(
-            f"If this is the imports cell of notebook {{which}} (it needs notebook "
-            f"{{number}}'s components): this course environment is too old for the notebook you are "
-            "opening. Do not skip that cell: ask your instructor for the course package built for "
-            "this notebook (it holds the reference of every notebook before it), then restart the "
-            "kernel.")
-    lines.append(
-        f"If this cell comes after an exercise of notebook {{number}} and only compares your code with "
-        "the reference, or demonstrates it, skip it: your own implementation above is what is "
-        f"graded, not this cell. To run it later: once notebook {{number}}'s reference is released, "
-        "ask your instructor for the updated course package (or reinstall it), then restart the "
-        "kernel.")
-    return ModuleNotFoundError("\\n".join(lines), name=name)
-
-
-class _NotReleasedFinder(_abc.MetaPathFinder):
-    """Last on sys.meta_path: asked only when no other finder has the module."""
-
-    tfcourse_reference = __name__
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname in _UNRELEASED:
-            raise _not_released(fullname)
-        return None
-
-
-if _UNRELEASED:
-    _sys.meta_path[:] = [f for f in _sys.meta_path
-                         if getattr(f, "tfcourse_reference", None) != __name__]  # a reload's
-    _sys.meta_path.append(_NotReleasedFinder())
-
-    def __getattr__(name: str):
-        # `from tfcourse.reference import nbNN_x` asks hasattr first and would swallow the
-        # finder's error into "cannot import name"
-        if f"{{__name__}}.{{name}}" in _UNRELEASED:
-            raise _not_released(f"{{__name__}}.{{name}}")
-        raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
+_getattr = _install(__name__, NOTEBOOKS, COURSE, IMPORTED_BY)
+if _getattr is not None:
+    __getattr__ = _getattr
 '''
 
 

@@ -35,7 +35,7 @@ import pytest
 from grader.build import NOTEBOOKS, SOLUTIONS, module_name
 from grader.course import load_course
 from grader.grading import grade_submission
-from tests.catalogue import Entry, load_catalogues
+from tests.catalogue import Entry, load_catalogues, variant, without_blocks
 from tfcourse.checks.case import MAX_LINES, CheckFailed
 from tfcourse.notebook import read_notebook, setup_source, solution_cells
 
@@ -116,6 +116,25 @@ def test_every_exercise_of_the_course_is_catalogued():
             assert set(table) <= exercises, f"{name} {kind} names unknown exercises {sorted(set(table) - exercises)}"
             short = {ex: len(table.get(ex, [])) for ex in sorted(exercises) if len(table.get(ex, [])) < least}
             assert not short, f"{name}: these exercises have fewer than {least} {kind} entries: {short}"
+
+
+def test_without_blocks_drops_a_statement_and_what_is_indented_under_it():
+    base = """
+    def f(x, n):
+        if n < 1:
+            raise ValueError(
+                "n must be >= 1")
+
+        for i in range(n):
+            x = x + i
+        return x
+    """
+    assert without_blocks(base, "if n < 1:") == variant(base, ("    if n < 1:\n...\n            \"n must be >= 1\")", None))
+    assert without_blocks(base, "if n < 1:", "for i in range(n):") == "def f(x, n):\n\n    return x\n"
+    with pytest.raises(AssertionError, match="is not one line"):
+        without_blocks(base, "if n < 2:")  # a head that is not there cannot silently leave the base
+    with pytest.raises(AssertionError, match="2 found"):
+        without_blocks(base + base, "if n < 1:")
 
 
 @pytest.mark.parametrize("notebook", sorted(CATALOGUES))

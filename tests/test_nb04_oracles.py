@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from grader.cases import cases_for, reference_outcomes
+from tests.oracles import assert_passes_every_case
 from tfcourse.checks.call import run_call
 from tfcourse.checks.case import judge_case
 from tfcourse.checks.nb04_normalisation import NOTEBOOK as NB04
@@ -118,14 +118,7 @@ class _HFAsLearner:
 
 def test_hf_llama_rmsnorm_passes_every_rmsnorm_case():
     learner = _HFAsLearner.make()
-    with redirect_stdout(io.StringIO()) as printed:
-        check_RMSNorm(learner)
-    assert printed.getvalue().startswith("✓")
-    for case in cases_for("04_normalisation", "RMSNorm"):
-        outcomes = [run_call(c, {"RMSNorm": learner}) for c in case.calls]
-        expected = reference_outcomes("04_normalisation", case) if case.reference else None
-        result = judge_case(case, outcomes, expected)
-        assert result.status == "passed", result.message
+    assert_passes_every_case("04_normalisation", "RMSNorm", check_RMSNorm, learner)
 
 
 def test_hf_gemma_rmsnorm_fails_with_the_one_plus_w_hint():

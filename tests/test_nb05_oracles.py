@@ -12,14 +12,12 @@ learner's ``SwiGLU`` passes every case. The figures are printed (``-s``).
 
 from __future__ import annotations
 
-import io
-from contextlib import redirect_stdout
-
 import pytest
 import torch
 from torch import nn
 
-from grader.cases import cases_for, reference_outcomes
+from grader.cases import cases_for
+from tests.oracles import assert_passes_every_case
 from tfcourse.checks.call import run_call
 from tfcourse.checks.case import judge_case
 from tfcourse.checks.nb05_feed_forward import check_SwiGLU
@@ -100,14 +98,7 @@ def test_hf_llama_mlp_passes_every_swiglu_case():
             super().__init__(modeling.LlamaConfig(hidden_size=d_model, intermediate_size=d_ff, hidden_act="silu",
                                                   num_attention_heads=1, num_key_value_heads=1))
 
-    with redirect_stdout(io.StringIO()) as printed:
-        check_SwiGLU(SwiGLU)
-    assert printed.getvalue().startswith("✓")
-    for case in cases_for("05_feed_forward", "SwiGLU"):
-        outcomes = [run_call(c, {"SwiGLU": SwiGLU}) for c in case.calls]
-        expected = reference_outcomes("05_feed_forward", case) if case.reference else None
-        result = judge_case(case, outcomes, expected)
-        assert result.status == "passed", result.message
+    assert_passes_every_case("05_feed_forward", "SwiGLU", check_SwiGLU, SwiGLU)
 
 
 def _mixtral(d: int, f: int, e: int, k: int, dtype: torch.dtype, state: dict[str, torch.Tensor]) -> nn.Module:

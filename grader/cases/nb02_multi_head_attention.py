@@ -52,9 +52,22 @@ def _hidden(exercise: str, title: str, calls: list[Call], seed: int, known=None,
                 hidden=True, part=part or ("cross_and_masks" if masked else "core"))
 
 
+def _per_shape(exercise: str, seed: int, offset: int, inputs: list[tuple[tuple[int, ...], tuple, torch.dtype]],
+               parts: list[str | None] | None = None, **kw) -> list[Case]:
+    """Hidden case i: ``exercise(x, *rest)`` for ``(shape, rest, dtype) = inputs[i]``, x drawn with
+    seed ``seed * 1000 + offset + i``, against the reference; scored by test cell ``parts[i]``
+    (None: the default of :func:`_hidden`)."""
+    out = []
+    for i, (shape, rest, dtype) in enumerate(inputs):
+        s = seed * 1000 + offset + i
+        x = torch.randn(*shape, generator=make_generator(s), dtype=dtype)
+        out.append(_hidden(exercise, f"hidden case {i + 1}: matches the reference",
+                           [Call(exercise, (x, *rest))], s, part=parts[i] if parts else None, **kw))
+    return out
+
+
 @HIDDEN.exercise("split_heads")
 def _split(seed: int) -> list[Case]:
-    out = []
     shapes = [  # B, T, D, H, dtype
         (3, 7, 32, 8, torch.float64),
         (1, 1, 6, 6, torch.float32),
@@ -62,29 +75,20 @@ def _split(seed: int) -> list[Case]:
         (2, 9, 24, 4, torch.float32),
         (2, 3, 20, 3, torch.float64),  # 20 % 3 != 0: the reference raises ValueError
     ]
-    for i, (b, t, d, h, dtype) in enumerate(shapes):
-        s = seed * 1000 + 500 + i
-        x = torch.randn(b, t, d, generator=make_generator(s), dtype=dtype)
-        out.append(_hidden("split_heads", f"hidden case {i + 1}: matches the reference",
-                           [Call("split_heads", (x, h))], s, part="validation" if d % h else None))
-    return out
+    return _per_shape("split_heads", seed, 500, [((b, t, d), (h,), dtype) for b, t, d, h, dtype in shapes],
+                      parts=["validation" if d % h else None for _, _, d, h, _ in shapes])
 
 
 @HIDDEN.exercise("merge_heads")
 def _merge(seed: int) -> list[Case]:
-    out = []
     shapes = [  # B, H, T, Dh, dtype
         (2, 8, 5, 16, torch.float64),
         (1, 1, 3, 7, torch.float32),
         (4, 2, 1, 4, torch.float64),
         (2, 16, 6, 1, torch.float32),
     ]
-    for i, (b, h, t, dh, dtype) in enumerate(shapes):
-        s = seed * 1000 + 600 + i
-        x = torch.randn(b, h, t, dh, generator=make_generator(s), dtype=dtype)
-        out.append(_hidden("merge_heads", f"hidden case {i + 1}: matches the reference",
-                           [Call("merge_heads", (x,))], s, known=MHA_ERRORS[:1]))  # the .view-after-transpose error
-    return out
+    return _per_shape("merge_heads", seed, 600, [(shape, (), dtype) for *shape, dtype in shapes],
+                      known=MHA_ERRORS[:1])  # the .view-after-transpose error
 
 
 def _mask(kind: str | None, b: int, t: int, s_len: int, g: torch.Generator) -> torch.Tensor | None:

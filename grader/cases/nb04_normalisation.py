@@ -15,6 +15,7 @@ judged at float32 level (atol 1e-6, rtol 1e-5); float32 cases at float32 toleran
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -202,23 +203,10 @@ def _backward(seed: int) -> list[Case]:
     return out
 
 
-@HIDDEN.exercise("layer_norm")
-def _layer_norm(seed: int) -> list[Case]:
-    return _norms("layer_norm", seed, 100)
-
-
-@HIDDEN.exercise("rms_norm")
-def _rms_norm(seed: int) -> list[Case]:
-    return _norms("rms_norm", seed, 200)
-
-
-@HIDDEN.exercise("pre_norm_residual")
-def _pre_norm_residual(seed: int) -> list[Case]:
-    return _residual("pre_norm_residual", seed, 500)
-
-
-@HIDDEN.exercise("post_norm_residual")
-def _post_norm_residual(seed: int) -> list[Case]:
-    return _residual("post_norm_residual", seed, 600)
+# the exercises whose hidden cases one builder makes: (exercise, builder, seed offset)
+for _exercise, _build, _offset in (("layer_norm", _norms, 100), ("rms_norm", _norms, 200),
+                                   ("pre_norm_residual", _residual, 500),
+                                   ("post_norm_residual", _residual, 600)):
+    HIDDEN.exercise(_exercise)(functools.partial(_build, _exercise, base=_offset))
 
 cases, hidden_cases = HIDDEN.cases, HIDDEN.hidden_cases

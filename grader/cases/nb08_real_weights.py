@@ -28,6 +28,7 @@ from tfcourse.checks.case import Case, Judge, fmt_dtype
 from tfcourse.checks.nb08_real_weights import MISTAKES, NOTEBOOK, probes
 from tfcourse.checks.nb08_real_weights.cases import (
     PROBES,
+    minilm_call,
     step_tensors,
     well_formed_file_raised,
 )
@@ -136,8 +137,7 @@ def _reference_minilm_hidden() -> torch.Tensor:
 
 def _minilm_case(seed: int) -> Case:
     ids, mask = MINILM_HIDDEN_BATCH
-    call = Call("load_encoder_weights", (Instance(PROBES + "minilm_encoder"), Instance(PROBES + "minilm_path")),
-                steps=(Step("__call__", (ids,), {"attention_mask": mask}),))
+    call = minilm_call(ids, mask)
 
     def judge(j: Judge) -> None:
         well_formed_file_raised(j)

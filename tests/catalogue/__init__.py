@@ -17,7 +17,9 @@ would write it), then ``NAME_WRONG`` and ``NAME_CORRECT``. An entry that is the 
 shows only what it changes; a short entry (up to a few lines), or another implementation
 altogether, is written out. Where several entries share a second hand (other names, another
 idiom), that hand is kept once too (``_NAME_...``, itself a variant of the base where it can be),
-and a block of base lines that several entries replace may be named (``_..._LINES``).
+and a block of base lines that several entries replace may be named (``_..._LINES``). An entry
+that is the base without some of its statements (its input validation, most often) is written
+``without_blocks(_NAME, "if ...:")``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from textwrap import dedent
 from types import ModuleType
 from typing import NamedTuple
 
-__all__ = ["Entry", "entry", "load_catalogues", "variant"]
+__all__ = ["Entry", "entry", "load_catalogues", "variant", "without_blocks"]
 
 HERE = Path(__file__).resolve().parent
 
@@ -70,6 +72,27 @@ def variant(base: str, *replacements: tuple[str, str | None]) -> str:
         else:
             source = source.replace(old, new.strip("\n"))
     return source
+
+
+def without_blocks(base: str, *heads: str) -> str:
+    """``base`` (dedented) without each block that starts with a line reading ``head`` (stripped;
+    it must occur once): that line and the lines indented under it. The usual "correct math, no
+    validation" entry: ``without_blocks(_NAME, "if d_model % 2:")`` drops the check and its raise.
+    """
+    lines = dedent(base).lstrip("\n").split("\n")
+    for head in heads:
+        found = [i for i, line in enumerate(lines) if line.strip() == head]
+        assert len(found) == 1, f"{head!r} is not one line of the source ({len(found)} found)"
+        start = found[0]
+        indent = len(lines[start]) - len(lines[start].lstrip())
+        end = start + 1
+        while end < len(lines) and (not lines[end].strip()
+                                    or len(lines[end]) - len(lines[end].lstrip()) > indent):
+            end += 1
+        while end > start + 1 and not lines[end - 1].strip():  # blank lines after the block stay
+            end -= 1
+        del lines[start:end]
+    return "\n".join(lines)
 
 
 def _span(source: str, old: str) -> str:

@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 
 from .case import Judge
 
-__all__ = ["HALF_FILL_ERROR", "half_precision_errors", "with_error_hints"]
+__all__ = ["HALF_FILL_ERROR", "expect_value_errors", "half_precision_errors", "with_error_hints",
+           "with_load_hints"]
 
 # An exception that filling with a float32 constant raises on float16 scores (the reference works).
 HALF_FILL_ERROR = (r"cannot be converted to type .*without overflow",
@@ -23,6 +24,35 @@ def half_precision_errors(j: Judge) -> None:
         if o.kind == "error" and re.search(HALF_FILL_ERROR[0], o.error_message):
             j.fail(f"raised {o.error_line()[:100]}", "on half-precision input, where the reference works",
                    hint=HALF_FILL_ERROR[1])
+
+
+def expect_value_errors(j: Judge, whats: Sequence[str], hint: str, *, show_call: bool = False) -> None:
+    """Fail with ``hint`` at the first call (``whats[i]`` describes call i) that did not raise a
+    ValueError: "<what>: raised <error>; expected ValueError" or "<what>: raised nothing; ...".
+    ``show_call``: the ``inputs:`` line shows that call's inputs (by default the first call's)."""
+    for i, what in enumerate(whats):
+        o = j.outcomes[i]
+        if not (o.kind == "error" and o.error_type == "ValueError"):
+            did = f"raised {o.error_line()}" if o.kind == "error" else "raised nothing"
+            j.fail(f"{what}: {did}; expected ValueError", hint=hint, call=i if show_call else None)
+
+
+def with_load_hints(judge: Callable[[Judge], None], what: str, width: int,
+                    hint_for: Callable[[list[str]], str | None]) -> Callable[[Judge], None]:
+    """Wrap a module exercise's judge: when the weights could not be loaded by name (torch's
+    "Error(s) in loading state_dict"), fail with "<what> could not be loaded by name: <the first
+    line naming keys or a size mismatch, cut to width>" and ``hint_for(the message's lines)``."""
+
+    def wrapped(j: Judge) -> None:
+        for o in j.outcomes:
+            if o.kind == "error" and "loading state_dict" in o.error_message:
+                lines = [ln.strip() for ln in o.error_message.splitlines()[1:] if ln.strip()]
+                detail = next((ln for ln in lines if "key(s)" in ln or "size mismatch" in ln),
+                              lines[0] if lines else "")
+                j.fail(f"{what} could not be loaded by name: {detail[:width]}", hint=hint_for(lines))
+        judge(j)
+
+    return wrapped
 
 
 def with_error_hints(judge: Callable[[Judge], None], known: Sequence[tuple], *,

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +23,18 @@ __all__ = ["NOTEBOOK"]
 # Another exercise an answer calls and that fails its own check is replaced by the course's
 # version while the answer is checked: one bug costs points once (the grader does the same).
 NOTEBOOK = NotebookChecks("01_attention", calls={"scaled_dot_product_attention": ("softmax",)})
+
+
+def _rejects(what: str, hint: str) -> Callable[[Judge], None]:
+    """A judge: the case's call raised ValueError ("<what>; expected ValueError, but ...")."""
+
+    def judge(j: Judge) -> None:
+        got = j.raised()
+        j.require(got is not None and got.error_type == "ValueError",
+                  f"{what}; expected ValueError, but "
+                  + (f"it raised {got.error_line()[:80]}" if got else "nothing was raised"), hint=hint)
+
+    return judge
 
 
 def _case(exercise: str, title: str, calls: list[Call], judge, seed: int | None = None,
@@ -143,12 +156,8 @@ def _jacobian_cases() -> list[Case]:
                        [Call("softmax_jacobian", (p3,))], properties, seed=202))
     batch = torch.softmax(torch.randn(2, 3, generator=make_generator(203), dtype=torch.float64), -1)
 
-    def rejects_matrix(j: Judge):
-        got = j.raised()
-        j.require(got is not None and got.error_type == "ValueError",
-                  "p of shape (2, 3) is not a vector; expected ValueError, but "
-                  + (f"it raised {got.error_line()[:80]}" if got else "nothing was raised"),
-                  hint="check p.dim() == 1 first and raise ValueError otherwise (the shape contract)")
+    rejects_matrix = _rejects("p of shape (2, 3) is not a vector",
+                              "check p.dim() == 1 first and raise ValueError otherwise (the shape contract)")
 
     cases.append(_case("softmax_jacobian", "raises ValueError when p is not 1-D",
                        [Call("softmax_jacobian", (batch,))], rejects_matrix, seed=203, part="validation"))
@@ -280,13 +289,9 @@ def _causal_cases() -> list[Case]:
     cases.append(_case("causal_mask", "T = 1, S = 4 (one decode step) sees every key",
                        [Call("causal_mask", (1,), {"t_k": 4, "device": DEVICE})], decode))
 
-    def rejects_fewer_keys(j: Judge):
-        got = j.raised()
-        j.require(got is not None and got.error_type == "ValueError",
-                  "T = 4 queries but S = 2 keys; expected ValueError, but "
-                  + (f"it raised {got.error_line()[:80]}" if got else "nothing was raised"),
-                  hint="S counts the cached keys plus the T new ones, so S >= T: raise ValueError "
-                       "when t_k < t_q")
+    rejects_fewer_keys = _rejects("T = 4 queries but S = 2 keys",
+                                  "S counts the cached keys plus the T new ones, so S >= T: raise "
+                                  "ValueError when t_k < t_q")
 
     cases.append(_case("causal_mask", "raises ValueError when S < T (t_q = 4, t_k = 2)",
                        [Call("causal_mask", (4, 2))], rejects_fewer_keys, part="validation"))
@@ -388,12 +393,8 @@ def _memory_efficient_cases() -> list[Case]:
                                (3, 4, 3), torch.float64, "F.scaled_dot_product_attention"),
                        seed=607))
 
-    def rejects_chunk_zero(j: Judge):
-        got = j.raised()
-        j.require(got is not None and got.error_type == "ValueError",
-                  "chunk_size = 0; expected ValueError, but "
-                  + (f"it raised {got.error_line()[:80]}" if got else "nothing was raised"),
-                  hint="check chunk_size >= 1 first and raise ValueError otherwise (the contract)")
+    rejects_chunk_zero = _rejects("chunk_size = 0",
+                                  "check chunk_size >= 1 first and raise ValueError otherwise (the contract)")
 
     cases.append(_case(name, "raises ValueError when chunk_size < 1",
                        [Call(name, (q4, k4, v4), {"chunk_size": 0})], rejects_chunk_zero, seed=605))

@@ -6,6 +6,7 @@ like one of them (:meth:`tfcourse.checks.case.Judge.mistake_hint`).
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 
@@ -314,43 +315,21 @@ def _mea(q, k, v, mask=None, *, chunk_size=128, rescale_out=True, rescale_sum=Tr
     return acc / total
 
 
-def _mea_no_rescale(q, k, v, mask=None, *, chunk_size=128):
-    return _mea(q, k, v, mask, chunk_size=chunk_size, rescale_out=False, rescale_sum=False)
-
-
-def _mea_sum_not_rescaled(q, k, v, mask=None, *, chunk_size=128):
-    return _mea(q, k, v, mask, chunk_size=chunk_size, rescale_sum=False)
-
-
-def _mea_out_not_rescaled(q, k, v, mask=None, *, chunk_size=128):
-    return _mea(q, k, v, mask, chunk_size=chunk_size, rescale_out=False)
-
-
-def _mea_remainder_dropped(q, k, v, mask=None, *, chunk_size=128):
-    return _mea(q, k, v, mask, chunk_size=chunk_size, drop_remainder=True)
-
-
-def _mea_no_max(q, k, v, mask=None, *, chunk_size=128):
-    return _mea(q, k, v, mask, chunk_size=chunk_size, shift=False)
-
-
-def _mea_nan_rows(q, k, v, mask=None, *, chunk_size=128):
-    return _mea(q, k, v, mask, chunk_size=chunk_size, guard=False)
-
-
 _HINT_RESCALE = ("when the running max grows from m to m', multiply both the running sum and the "
                  "running output by exp(m - m') before adding the new chunk")
 MISTAKES["memory_efficient_attention"] = (
-    Mistake("no rescaling", _HINT_RESCALE, _mea_no_rescale),
+    Mistake("no rescaling", _HINT_RESCALE, partial(_mea, rescale_out=False, rescale_sum=False)),
     Mistake("sum not rescaled", "the running sum needs the factor exp(m - m') too, like the running "
-            "output: both were accumulated relative to the old max", _mea_sum_not_rescaled),
+            "output: both were accumulated relative to the old max", partial(_mea, rescale_sum=False)),
     Mistake("output not rescaled", "the running output needs the factor exp(m - m') too, like the "
-            "running sum: both were accumulated relative to the old max", _mea_out_not_rescaled),
+            "running sum: both were accumulated relative to the old max",
+            partial(_mea, rescale_out=False)),
     Mistake("remainder dropped", "the last chunk may be shorter than chunk_size: loop over "
             "range(0, S, chunk_size) so the keys after the last full chunk are not dropped",
-            _mea_remainder_dropped),
+            partial(_mea, drop_remainder=True)),
     Mistake("no running max", "exp of raw scores overflows for large scores: subtract the running max "
-            "(and rescale what you accumulated when it grows)", _mea_no_max),
+            "(and rescale what you accumulated when it grows)", partial(_mea, shift=False)),
     Mistake("nan rows", "while a query has seen only masked keys its max is -inf, and -inf - (-inf) = "
-            "nan: shift by 0 there, and return zeros for a query with no allowed key", _mea_nan_rows),
+            "nan: shift by 0 there, and return zeros for a query with no allowed key",
+            partial(_mea, guard=False)),
 )

@@ -12,8 +12,8 @@ The mistakes of the relative positions on the scores (``alibi_slopes``, ``alibi_
 
 from __future__ import annotations
 
-import functools
 import math
+from functools import partial
 
 import torch
 
@@ -71,40 +71,12 @@ def _sinusoid(num_positions, d_model, base=10000.0, *, layout="interleaved", exp
     return pe
 
 
-def _sin_concat(num_positions, d_model, base=10000.0):
-    return _sinusoid(num_positions, d_model, base, layout="concat")
-
-
-def _sin_swapped(num_positions, d_model, base=10000.0):
-    return _sinusoid(num_positions, d_model, base, layout="swapped")
-
-
-def _sin_i_over_d(num_positions, d_model, base=10000.0):
-    return _sinusoid(num_positions, d_model, base, exponent="i/D")
-
-
-def _sin_positive_exponent(num_positions, d_model, base=10000.0):
-    return _sinusoid(num_positions, d_model, base, exponent="+2i/D")
-
-
 def _sin_base_ignored(num_positions, d_model, base=10000.0):
     return _sinusoid(num_positions, d_model, 10000.0)
 
 
-def _sin_from_one(num_positions, d_model, base=10000.0):
-    return _sinusoid(num_positions, d_model, base, start=1)
-
-
-def _sin_column_exponent(num_positions, d_model, base=10000.0):
-    return _sinusoid(num_positions, d_model, base, column_exponent=True)
-
-
 def _sin_tutorial_shape(num_positions, d_model, base=10000.0):
     return _sinusoid(num_positions, d_model, base)[:, None]  # (T, 1, D), the PyTorch tutorial's buffer
-
-
-def _sin_double_two(num_positions, d_model, base=10000.0):
-    return _sinusoid(num_positions, d_model, base, exponent="4i/D")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,40 +106,8 @@ def _rope_batch_axis(positions, head_dim, base=10000.0):
     return (cos[None], sin[None]) if positions.dim() == 1 else (cos, sin)
 
 
-def _rope_repeat_interleave(positions, head_dim, base=10000.0):
-    return _rope(positions, head_dim, base, layout="repeat_interleave")
-
-
-def _rope_i_over_d(positions, head_dim, base=10000.0):
-    return _rope(positions, head_dim, base, exponent="i/D")
-
-
-def _rope_positive_exponent(positions, head_dim, base=10000.0):
-    return _rope(positions, head_dim, base, exponent="+2i/D")
-
-
 def _rope_base_ignored(positions, head_dim, base=10000.0):
     return _rope(positions, head_dim, 10000.0)
-
-
-def _rope_arange(positions, head_dim, base=10000.0):
-    return _rope(positions, head_dim, base, use_positions=False)
-
-
-def _rope_arange_expanded(positions, head_dim, base=10000.0):
-    return _rope(positions, head_dim, base, use_positions="expand")
-
-
-def _rope_zero(positions, head_dim, base=10000.0):
-    return _rope(positions, head_dim, base, use_positions="zero")
-
-
-def _rope_swapped(positions, head_dim, base=10000.0):
-    return _rope(positions, head_dim, base, order="sin,cos")
-
-
-def _rope_half_width(positions, head_dim, base=10000.0):
-    return _rope(positions, head_dim, base, layout="half")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,34 +221,14 @@ def _inter_half_pairs(x, positions, base=10000.0):
     return (x * cos + _half_rot(x) * sin).to(x.dtype)
 
 
-def _inter_position_zero(x, positions, base=10000.0):
-    return _interleaved(x, positions, base, use_positions="zero")
-
-
-def _inter_arange(x, positions, base=10000.0):
-    return _interleaved(x, positions, base, use_positions="arange")
-
-
-def _inter_sign(x, positions, base=10000.0):
-    return _interleaved(x, positions, base, sign=-1.0)
-
-
 def _inter_cat_freqs(x, positions, base=10000.0):
     ang = _angles(x, positions, base)
     cos, sin = torch.cat((ang, ang), -1).cos(), torch.cat((ang, ang), -1).sin()
     return (x * cos + _every_two(x) * sin).to(x.dtype)
 
 
-def _inter_i_over_d(x, positions, base=10000.0):
-    return _interleaved(x, positions, base, exponent="i/D")
-
-
 def _inter_base_ignored(x, positions, base=10000.0):
     return _interleaved(x, positions, 10000.0)
-
-
-def _inter_batch_as_heads(x, positions, base=10000.0):
-    return _interleaved(x, positions, base, heads=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,12 +286,12 @@ def _llama3(head_dim, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_
 
 
 # the catalogued Llama 3 mistakes: the exercise's signature, one flag of _llama3 changed
-_llama3_no_smoothing = functools.partial(_llama3, smooth=False)
-_llama3_multiply = functools.partial(_llama3, multiply=True)
-_llama3_swapped_weights = functools.partial(_llama3, swap_weights=True)
-_llama3_swapped_bounds = functools.partial(_llama3, swap_bounds=True)
-_llama3_no_two_pi = functools.partial(_llama3, two_pi=False)
-_llama3_s_inverted = functools.partial(_llama3, s_inverted=True)
+_llama3_no_smoothing = partial(_llama3, smooth=False)
+_llama3_multiply = partial(_llama3, multiply=True)
+_llama3_swapped_weights = partial(_llama3, swap_weights=True)
+_llama3_swapped_bounds = partial(_llama3, swap_bounds=True)
+_llama3_no_two_pi = partial(_llama3, two_pi=False)
+_llama3_s_inverted = partial(_llama3, s_inverted=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,38 +313,40 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
     "sinusoidal_position_encoding": (
         Mistake("[sin | cos] concatenated", "the interleaved table puts sin in even columns and cos in odd "
                 "ones (PE[p, 2i] = sin, PE[p, 2i+1] = cos); [sin | cos] concatenated is a different table",
-                _sin_concat),
+                partial(_sinusoid, layout="concat")),
         Mistake("sin and cos swapped", "sin goes in the even columns (2i) and cos in the odd ones (2i+1): "
-                "they are swapped", _sin_swapped),
-        Mistake("exponent i/D", HINT_I_OVER_D, _sin_i_over_d),
+                "they are swapped", partial(_sinusoid, layout="swapped")),
+        Mistake("exponent i/D", HINT_I_OVER_D, partial(_sinusoid, exponent="i/D")),
         Mistake("exponent of the column", "both columns of pair i share one frequency base^(−2i/D): column "
-                "2i+1 uses 2i, not 2i+1 (e.g. torch.arange(0, D, 2) for both)", _sin_column_exponent),
-        Mistake("positive exponent", HINT_POSITIVE, _sin_positive_exponent),
+                "2i+1 uses 2i, not 2i+1 (e.g. torch.arange(0, D, 2) for both)",
+                partial(_sinusoid, column_exponent=True)),
+        Mistake("positive exponent", HINT_POSITIVE, partial(_sinusoid, exponent="+2i/D")),
         Mistake("base ignored", HINT_BASE, _sin_base_ignored),
         Mistake("2i with i already even", "in `for i in range(0, D, 2)` i is already the even column 2k: "
                 "the exponent is i/D there, not 2*i/D (that gives 4k/D and frequencies that fall twice as "
-                "fast)", _sin_double_two),
+                "fast)", partial(_sinusoid, exponent="4i/D")),
         Mistake("(T, 1, D) as in the PyTorch tutorial", "return (num_positions, d_model): the PyTorch "
                 "tutorial's buffer is (T, 1, D) for its (T, B, D) inputs; drop the middle axis",
                 _sin_tutorial_shape),
         Mistake("positions from 1", "positions start at 0: row p of the table is position p "
-                "(torch.arange(num_positions))", _sin_from_one),
+                "(torch.arange(num_positions))", partial(_sinusoid, start=1)),
     ),
     "rope_cos_sin": (
         Mistake("repeat_interleave", "repeat_interleave gives the interleaved layout (θ0, θ0, θ1, θ1, …); "
-                "rotate-half tables are cat(freqs, freqs, -1) = (θ0, θ1, …, θ0, θ1, …)", _rope_repeat_interleave),
-        Mistake("exponent i/Dh", HINT_I_OVER_D, _rope_i_over_d),
-        Mistake("positive exponent", HINT_POSITIVE, _rope_positive_exponent),
+                "rotate-half tables are cat(freqs, freqs, -1) = (θ0, θ1, …, θ0, θ1, …)",
+                partial(_rope, layout="repeat_interleave")),
+        Mistake("exponent i/Dh", HINT_I_OVER_D, partial(_rope, exponent="i/D")),
+        Mistake("positive exponent", HINT_POSITIVE, partial(_rope, exponent="+2i/D")),
         Mistake("base ignored", HINT_BASE, _rope_base_ignored),
-        Mistake("arange instead of positions", HINT_POSITIONS, _rope_arange),
-        Mistake("arange broadcast to positions.shape", HINT_POSITIONS, _rope_arange_expanded),
-        Mistake("all positions 0", HINT_POSITIONS, _rope_zero),
-        Mistake("(sin, cos)", "return (cos, sin), in that order", _rope_swapped),
+        Mistake("arange instead of positions", HINT_POSITIONS, partial(_rope, use_positions=False)),
+        Mistake("arange broadcast to positions.shape", HINT_POSITIONS, partial(_rope, use_positions="expand")),
+        Mistake("all positions 0", HINT_POSITIONS, partial(_rope, use_positions="zero")),
+        Mistake("(sin, cos)", "return (cos, sin), in that order", partial(_rope, order="sin,cos")),
         Mistake("batch axis added", "the tables have shape positions.shape + (Dh,): (T, Dh) for positions "
                 "(T,), with no batch axis added (Hugging Face's position_ids are (B, T); these may be (T,))",
                 _rope_batch_axis),
         Mistake("half width", "cos and sin have Dh columns: emb = cat(freqs, freqs, -1) repeats the Dh/2 "
-                "angles once more", _rope_half_width),
+                "angles once more", partial(_rope, layout="half")),
     ),
     "rotate_half": (
         Mistake("sign on the first half", "rotate_half(x) = cat(−x2, x1): the minus goes on the second half, "
@@ -451,15 +373,15 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
     "apply_rope_interleaved": (
         Mistake("rotate-half pairs", "this exercise pairs neighbours (2i, 2i+1); pairing channel i with "
                 "i + Dh/2 is the rotate-half layout", _inter_half_pairs),
-        Mistake("position 0", HINT_POSITIONS, _inter_position_zero),
-        Mistake("arange", HINT_POSITIONS, _inter_arange),
+        Mistake("position 0", HINT_POSITIONS, partial(_interleaved, use_positions="zero")),
+        Mistake("arange", HINT_POSITIONS, partial(_interleaved, use_positions="arange")),
         Mistake("sign", "out[2i] = x[2i]·cos − x[2i+1]·sin and out[2i+1] = x[2i]·sin + x[2i+1]·cos: these "
-                "signs rotate by −θ", _inter_sign),
+                "signs rotate by −θ", partial(_interleaved, sign=-1.0)),
         Mistake("cat(freqs, freqs)", "pair (2i, 2i+1) shares the frequency θ_i: repeat each angle in place "
                 "(repeat_interleave(2)), not cat(freqs, freqs), for the interleaved pairing", _inter_cat_freqs),
-        Mistake("exponent i/Dh", HINT_I_OVER_D, _inter_i_over_d),
+        Mistake("exponent i/Dh", HINT_I_OVER_D, partial(_interleaved, exponent="i/D")),
         Mistake("base ignored", HINT_BASE, _inter_base_ignored),
-        Mistake("batch paired with heads", HINT_HEAD_AXIS, _inter_batch_as_heads),
+        Mistake("batch paired with heads", HINT_HEAD_AXIS, partial(_interleaved, heads=False)),
         Mistake("cat instead of stack", "put each rotated pair back in place: torch.stack((even, odd), "
                 "dim=-1).flatten(-2) interleaves them (0, 1, 2, …); torch.cat puts all the even outputs "
                 "first (the rotate-half layout)", _inter_cat_output),

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ...device import make_generator
+from .. import shared
 from ..call import Call, TorchModule
 from ..case import Case, Judge, fmt_dtype
 from ..evidence import grad_output_for
@@ -99,17 +100,7 @@ def _load_hint(lines: list[str]) -> str | None:
 
 def with_load_hints(judge: Callable[[Judge], None]) -> Callable[[Judge], None]:
     """Wrap an RMSNorm judge: weights that could not be loaded by name get a hint."""
-
-    def wrapped(j: Judge) -> None:
-        for o in j.outcomes:
-            if o.kind == "error" and "loading state_dict" in o.error_message:
-                lines = [ln.strip() for ln in o.error_message.splitlines()[1:] if ln.strip()]
-                detail = next((ln for ln in lines if "key(s)" in ln or "size mismatch" in ln),
-                              lines[0] if lines else "")
-                j.fail(f"the weight could not be loaded by name: {detail[:100]}", hint=_load_hint(lines))
-        judge(j)
-
-    return wrapped
+    return shared.with_load_hints(judge, "the weight", 100, _load_hint)
 
 
 def _case(exercise: str, title: str, calls: list[Call], judge, seed: int | None = None,

@@ -9,6 +9,8 @@ overflow when squared in fp16, (B, T, D) inputs show statistics taken over more 
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
@@ -87,7 +89,7 @@ HINTS = {
 # ---------------------------------------------------------------------------------------------
 # layer_norm(x, weight, bias, eps=1e-5)
 # ---------------------------------------------------------------------------------------------
-def _ln(x, weight, bias, eps, *, dims=(-1,), unbiased=False, eps_mode="inside", stats="up",
+def _ln(x, weight, bias, eps=1e-5, *, dims=(-1,), unbiased=False, eps_mode="inside", stats="up",
         affine=True, cast=True):
     h = _up(x) if stats == "up" else (x.float() if stats == "float" else x)
     mu = h.mean(dims, keepdim=True)
@@ -105,26 +107,6 @@ def _ln(x, weight, bias, eps, *, dims=(-1,), unbiased=False, eps_mode="inside", 
     return y.to(x.dtype) if cast else y
 
 
-def _ln_unbiased(x, weight, bias, eps=1e-5):
-    return _ln(x, weight, bias, eps, unbiased=True)
-
-
-def _ln_eps_outside(x, weight, bias, eps=1e-5):
-    return _ln(x, weight, bias, eps, eps_mode="outside")
-
-
-def _ln_no_eps(x, weight, bias, eps=1e-5):
-    return _ln(x, weight, bias, eps, eps_mode="none")
-
-
-def _ln_eps_fixed(x, weight, bias, eps=1e-5):
-    return _ln(x, weight, bias, eps, eps_mode="fixed")
-
-
-def _ln_half_stats(x, weight, bias, eps=1e-5):
-    return _ln(x, weight, bias, eps, stats="input")
-
-
 def _ln_td(x, weight, bias, eps=1e-5):
     return _ln(x, weight, bias, eps, dims=(-2, -1) if x.dim() >= 2 else (-1,))
 
@@ -133,26 +115,14 @@ def _ln_all(x, weight, bias, eps=1e-5):
     return _ln(x, weight, bias, eps, dims=tuple(range(x.dim())))
 
 
-def _ln_no_affine(x, weight, bias, eps=1e-5):
-    return _ln(x, weight, bias, eps, affine=False)
-
-
 def _ln_no_bias(x, weight, bias, eps=1e-5):
     return _ln(x, weight, torch.zeros_like(bias), eps)
-
-
-def _ln_axis0(x, weight, bias, eps=1e-5):
-    return _ln(x, weight, bias, eps, dims=(0,))
-
-
-def _ln_axis1(x, weight, bias, eps=1e-5):
-    return _ln(x, weight, bias, eps, dims=(1,))
 
 
 # ---------------------------------------------------------------------------------------------
 # rms_norm(x, weight, eps=1e-6)
 # ---------------------------------------------------------------------------------------------
-def _rms(x, weight, eps, *, dims=(-1,), center=False, eps_mode="inside", stats="up", scale="w",
+def _rms(x, weight, eps=1e-6, *, dims=(-1,), center=False, eps_mode="inside", stats="up", scale="w",
          root="sqrt", cast=True):
     h = _up(x) if stats == "up" else (x.float() if stats == "float" else x)
     if center:
@@ -177,52 +147,8 @@ def _rms(x, weight, eps, *, dims=(-1,), center=False, eps_mode="inside", stats="
     return y.to(x.dtype) if cast else y
 
 
-def _rms_mean(x, weight, eps=1e-6):
-    return _rms(x, weight, eps, center=True)
-
-
-def _rms_eps_outside(x, weight, eps=1e-6):
-    return _rms(x, weight, eps, eps_mode="outside")
-
-
-def _rms_no_eps(x, weight, eps=1e-6):
-    return _rms(x, weight, eps, eps_mode="none")
-
-
-def _rms_eps_fixed(x, weight, eps=1e-6):
-    return _rms(x, weight, eps, eps_mode="fixed")
-
-
-def _rms_half_stats(x, weight, eps=1e-6):
-    return _rms(x, weight, eps, stats="input")
-
-
-def _rms_gemma(x, weight, eps=1e-6):
-    return _rms(x, weight, eps, scale="1+w")
-
-
 def _rms_td(x, weight, eps=1e-6):
     return _rms(x, weight, eps, dims=(-2, -1) if x.dim() >= 2 else (-1,))
-
-
-def _rms_axis0(x, weight, eps=1e-6):
-    return _rms(x, weight, eps, dims=(0,))
-
-
-def _rms_axis1(x, weight, eps=1e-6):
-    return _rms(x, weight, eps, dims=(1,))
-
-
-def _rms_no_sqrt(x, weight, eps=1e-6):
-    return _rms(x, weight, eps, root="none")
-
-
-def _rms_l2(x, weight, eps=1e-6):
-    return _rms(x, weight, eps, root="l2")
-
-
-def _rms_no_weight(x, weight, eps=1e-6):
-    return _rms(x, weight, eps, scale="none")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,7 +239,7 @@ def _post_norm_before_add(x, sublayer, norm):
 # ---------------------------------------------------------------------------------------------
 # rms_norm_backward(grad_out, x, weight, eps=1e-6) -> (grad_x, grad_weight)
 # ---------------------------------------------------------------------------------------------
-def _bw(grad_out, x, weight, eps, *, term=True, weight_in_gx=True, summed=True, reduce="mean"):
+def _bw(grad_out, x, weight, eps=1e-6, *, term=True, weight_in_gx=True, summed=True, reduce="mean"):
     """summed: True (over every axis but the last), False, or the axes summed over instead."""
     d = x.size(-1)
     r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
@@ -332,61 +258,37 @@ def _bw(grad_out, x, weight, eps, *, term=True, weight_in_gx=True, summed=True, 
     return grad_x, grad_weight
 
 
-def _bw_rms_constant(grad_out, x, weight, eps=1e-6):
-    return _bw(grad_out, x, weight, eps, term=False)
-
-
-def _bw_no_weight(grad_out, x, weight, eps=1e-6):
-    return _bw(grad_out, x, weight, eps, weight_in_gx=False)
-
-
-def _bw_unsummed(grad_out, x, weight, eps=1e-6):
-    return _bw(grad_out, x, weight, eps, summed=False)
-
-
-def _bw_sum_first(grad_out, x, weight, eps=1e-6):
-    return _bw(grad_out, x, weight, eps, summed=(0,))
-
-
 def _bw_sum_first_two(grad_out, x, weight, eps=1e-6):
     return _bw(grad_out, x, weight, eps, summed=(0, 1) if x.dim() >= 2 else (0,))
 
 
-def _bw_sum_last(grad_out, x, weight, eps=1e-6):
-    return _bw(grad_out, x, weight, eps, summed=(-1,))
-
-
-def _bw_sum(grad_out, x, weight, eps=1e-6):
-    return _bw(grad_out, x, weight, eps, reduce="sum")
-
-
 MISTAKES: dict[str, tuple[Mistake, ...]] = {
     "layer_norm": (
-        Mistake("unbiased variance", HINTS["unbiased"], _ln_unbiased),
-        Mistake("eps outside the root", HINTS["eps_outside"], _ln_eps_outside),
-        Mistake("eps forgotten", HINTS["no_eps"], _ln_no_eps),
-        Mistake("eps hard-coded", HINTS["eps_ignored"], _ln_eps_fixed),
-        Mistake("statistics in half", HINTS["half_stats"], _ln_half_stats),
+        Mistake("unbiased variance", HINTS["unbiased"], partial(_ln, unbiased=True)),
+        Mistake("eps outside the root", HINTS["eps_outside"], partial(_ln, eps_mode="outside")),
+        Mistake("eps forgotten", HINTS["no_eps"], partial(_ln, eps_mode="none")),
+        Mistake("eps hard-coded", HINTS["eps_ignored"], partial(_ln, eps_mode="fixed")),
+        Mistake("statistics in half", HINTS["half_stats"], partial(_ln, stats="input")),
         Mistake("statistics over T and D", HINTS["wrong_axes"], _ln_td),
         Mistake("statistics over everything", HINTS["wrong_axes"], _ln_all),
-        Mistake("no weight and bias", HINTS["no_affine"], _ln_no_affine),
+        Mistake("no weight and bias", HINTS["no_affine"], partial(_ln, affine=False)),
         Mistake("no bias", HINTS["no_affine"], _ln_no_bias),
-        Mistake("statistics over axis 0", HINTS["wrong_axes"], _ln_axis0),
-        Mistake("statistics over axis 1", HINTS["wrong_axes"], _ln_axis1),
+        Mistake("statistics over axis 0", HINTS["wrong_axes"], partial(_ln, dims=(0,))),
+        Mistake("statistics over axis 1", HINTS["wrong_axes"], partial(_ln, dims=(1,))),
     ),
     "rms_norm": (
-        Mistake("mean subtracted", HINTS["rms_mean"], _rms_mean),
-        Mistake("eps outside the root", HINTS["eps_outside"], _rms_eps_outside),
-        Mistake("eps forgotten", HINTS["rms_no_eps"], _rms_no_eps),
-        Mistake("eps hard-coded", HINTS["eps_ignored"], _rms_eps_fixed),
-        Mistake("squares in half", HINTS["half_stats"], _rms_half_stats),
-        Mistake("(1 + w)", HINTS["gemma"], _rms_gemma),
+        Mistake("mean subtracted", HINTS["rms_mean"], partial(_rms, center=True)),
+        Mistake("eps outside the root", HINTS["eps_outside"], partial(_rms, eps_mode="outside")),
+        Mistake("eps forgotten", HINTS["rms_no_eps"], partial(_rms, eps_mode="none")),
+        Mistake("eps hard-coded", HINTS["eps_ignored"], partial(_rms, eps_mode="fixed")),
+        Mistake("squares in half", HINTS["half_stats"], partial(_rms, stats="input")),
+        Mistake("(1 + w)", HINTS["gemma"], partial(_rms, scale="1+w")),
         Mistake("statistics over T and D", HINTS["wrong_axes"], _rms_td),
-        Mistake("statistics over axis 0", HINTS["wrong_axes"], _rms_axis0),
-        Mistake("statistics over axis 1", HINTS["wrong_axes"], _rms_axis1),
-        Mistake("no square root", HINTS["no_sqrt"], _rms_no_sqrt),
-        Mistake("L2 norm", HINTS["l2_norm"], _rms_l2),
-        Mistake("no weight", HINTS["rms_no_weight"], _rms_no_weight),
+        Mistake("statistics over axis 0", HINTS["wrong_axes"], partial(_rms, dims=(0,))),
+        Mistake("statistics over axis 1", HINTS["wrong_axes"], partial(_rms, dims=(1,))),
+        Mistake("no square root", HINTS["no_sqrt"], partial(_rms, root="none")),
+        Mistake("L2 norm", HINTS["l2_norm"], partial(_rms, root="l2")),
+        Mistake("no weight", HINTS["rms_no_weight"], partial(_rms, scale="none")),
     ),
     "RMSNorm": (
         Mistake("weight zeros", HINTS["weight_zeros"], _rmsnorm_variant("ZerosRMSNorm", init=0.0)),
@@ -419,12 +321,12 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("norm applied twice", HINTS["norm_twice"], _post_norm_twice),
     ),
     "rms_norm_backward": (
-        Mistake("rms as a constant", HINTS["bw_rms_constant"], _bw_rms_constant),
-        Mistake("weight missing in grad_x", HINTS["bw_no_weight_in_gx"], _bw_no_weight),
-        Mistake("grad_weight not summed", HINTS["bw_weight_unsummed"], _bw_unsummed),
-        Mistake("grad_weight summed over axis 0 only", HINTS["bw_weight_unsummed"], _bw_sum_first),
+        Mistake("rms as a constant", HINTS["bw_rms_constant"], partial(_bw, term=False)),
+        Mistake("weight missing in grad_x", HINTS["bw_no_weight_in_gx"], partial(_bw, weight_in_gx=False)),
+        Mistake("grad_weight not summed", HINTS["bw_weight_unsummed"], partial(_bw, summed=False)),
+        Mistake("grad_weight summed over axis 0 only", HINTS["bw_weight_unsummed"], partial(_bw, summed=(0,))),
         Mistake("grad_weight summed over axes 0 and 1 only", HINTS["bw_weight_unsummed"], _bw_sum_first_two),
-        Mistake("grad_weight summed over the last axis", HINTS["bw_weight_unsummed"], _bw_sum_last),
-        Mistake("sum instead of mean", HINTS["bw_sum_not_mean"], _bw_sum),
+        Mistake("grad_weight summed over the last axis", HINTS["bw_weight_unsummed"], partial(_bw, summed=(-1,))),
+        Mistake("sum instead of mean", HINTS["bw_sum_not_mean"], partial(_bw, reduce="sum")),
     ),
 }

@@ -14,6 +14,7 @@ routing (exercises 5-7), which register after these (it imports this module).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ...device import make_generator
+from .. import shared
 from ..call import INT_STEP, Call
 from ..case import Case, Judge, fmt_dtype, not_a_python_int
 from ..protocol import NotebookChecks
@@ -126,17 +128,7 @@ def _load_hint(exercise: str, lines: list[str]) -> str | None:
 
 def with_load_hints(exercise: str, judge: Callable[[Judge], None]) -> Callable[[Judge], None]:
     """Wrap a module's judge: weights that could not be loaded by name get a hint."""
-
-    def wrapped(j: Judge) -> None:
-        for o in j.outcomes:
-            if o.kind == "error" and "loading state_dict" in o.error_message:
-                lines = [ln.strip() for ln in o.error_message.splitlines()[1:] if ln.strip()]
-                detail = next((ln for ln in lines if "key(s)" in ln or "size mismatch" in ln),
-                              lines[0] if lines else "")
-                j.fail(f"the weights could not be loaded by name: {detail[:110]}", hint=_load_hint(exercise, lines))
-        judge(j)
-
-    return wrapped
+    return shared.with_load_hints(judge, "the weights", 110, functools.partial(_load_hint, exercise))
 
 
 def make_case(exercise: str, title: str, calls: list[Call], judge: Callable[[Judge], None], seed: int | None = None,

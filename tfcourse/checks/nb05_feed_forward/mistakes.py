@@ -16,6 +16,7 @@ checks package and cannot see them): the experts of the MoE mistakes are its own
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -186,18 +187,6 @@ def _width(d_model, multiple_of=256, ffn_dim_multiplier=None, *, start=lambda d:
     return hidden
 
 
-def _width_down(d_model, multiple_of=256, ffn_dim_multiplier=None):
-    return _width(d_model, multiple_of, ffn_dim_multiplier, rounding="down")
-
-
-def _width_nearest(d_model, multiple_of=256, ffn_dim_multiplier=None):
-    return _width(d_model, multiple_of, ffn_dim_multiplier, rounding="nearest")
-
-
-def _width_multiplier_after(d_model, multiple_of=256, ffn_dim_multiplier=None):
-    return _width(d_model, multiple_of, ffn_dim_multiplier, multiplier="after")
-
-
 def _width_multiplier_after_int(d_model, multiple_of=256, ffn_dim_multiplier=None):
     hidden = _width(d_model, multiple_of, None)
     return hidden if ffn_dim_multiplier is None else int(ffn_dim_multiplier * hidden)
@@ -205,18 +194,6 @@ def _width_multiplier_after_int(d_model, multiple_of=256, ffn_dim_multiplier=Non
 
 def _width_multiplier_ignored(d_model, multiple_of=256, ffn_dim_multiplier=None):
     return _width(d_model, multiple_of, None)
-
-
-def _width_no_two_thirds(d_model, multiple_of=256, ffn_dim_multiplier=None):
-    return _width(d_model, multiple_of, ffn_dim_multiplier, start=lambda d: 4 * d)
-
-
-def _width_no_four(d_model, multiple_of=256, ffn_dim_multiplier=None):
-    return _width(d_model, multiple_of, ffn_dim_multiplier, start=lambda d: int(2 * d / 3))
-
-
-def _width_fixed_multiple(d_model, multiple_of=256, ffn_dim_multiplier=None):
-    return _width(d_model, multiple_of, ffn_dim_multiplier, rounding="fixed")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,50 +293,6 @@ def _balance(router_logits, top_k, *, factor="E", norm="NK", f_kind="count", p_k
     return ((e if factor == "E" else 1) * loss).to(router_logits.dtype)
 
 
-def _balance_no_E(router_logits, top_k):
-    return _balance(router_logits, top_k, factor="1")
-
-
-def _balance_hf(router_logits, top_k):
-    return _balance(router_logits, top_k, norm="N")
-
-
-def _balance_soft(router_logits, top_k):
-    return _balance(router_logits, top_k, f_kind="soft")
-
-
-def _balance_top1(router_logits, top_k):
-    return _balance(router_logits, top_k, f_kind="top1")
-
-
-def _balance_P_logits(router_logits, top_k):
-    return _balance(router_logits, top_k, p_kind="logits")
-
-
-def _balance_P_tokens(router_logits, top_k):
-    return _balance(router_logits, top_k, p_kind="tokens")
-
-
-def _balance_per_expert(router_logits, top_k):
-    return _balance(router_logits, top_k, total=False)
-
-
-def _balance_straight_through(router_logits, top_k):
-    return _balance(router_logits, top_k, f_kind="straight")
-
-
-def _balance_ratio(router_logits, top_k):
-    return _balance(router_logits, top_k, f_kind="ratio")
-
-
-def _balance_P_kept(router_logits, top_k):
-    return _balance(router_logits, top_k, p_kind="kept")
-
-
-def _balance_topk_tokens(router_logits, top_k):
-    return _balance(router_logits, top_k, topk_dim=0)
-
-
 # ---------------------------------------------------------------------------------------------
 # route_with_capacity(router_logits, top_k, capacity)
 # ---------------------------------------------------------------------------------------------
@@ -384,30 +317,6 @@ def _route(router_logits, top_k, capacity, *, order="slot", first=1, renorm="bef
     elif renorm == "zeroed":
         weights = weights * kept
     return index, weights.to(router_logits.dtype), kept
-
-
-def _route_token_major(router_logits, top_k, capacity):
-    return _route(router_logits, top_k, capacity, order="token")
-
-
-def _route_off_by_one(router_logits, top_k, capacity):
-    return _route(router_logits, top_k, capacity, first=0)
-
-
-def _route_renorm_after(router_logits, top_k, capacity):
-    return _route(router_logits, top_k, capacity, renorm="after")
-
-
-def _route_zeroed(router_logits, top_k, capacity):
-    return _route(router_logits, top_k, capacity, renorm="zeroed")
-
-
-def _route_no_renorm(router_logits, top_k, capacity):
-    return _route(router_logits, top_k, capacity, renorm="never")
-
-
-def _route_ascending(router_logits, top_k, capacity):
-    return _route(router_logits, top_k, capacity, largest=False)
 
 
 MISTAKES: dict[str, tuple[Mistake, ...]] = {
@@ -440,14 +349,14 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("SiLU on both branches", HINTS["silu_both"], _SILU_BOTH),
     ),
     "swiglu_hidden_dim": (
-        Mistake("rounded down", HINTS["round_down"], _width_down),
-        Mistake("rounded to the nearest", HINTS["round_down"], _width_nearest),
-        Mistake("multiplier after rounding", HINTS["multiplier_after"], _width_multiplier_after),
+        Mistake("rounded down", HINTS["round_down"], partial(_width, rounding="down")),
+        Mistake("rounded to the nearest", HINTS["round_down"], partial(_width, rounding="nearest")),
+        Mistake("multiplier after rounding", HINTS["multiplier_after"], partial(_width, multiplier="after")),
         Mistake("multiplier after rounding, int", HINTS["multiplier_after"], _width_multiplier_after_int),
         Mistake("multiplier ignored", HINTS["multiplier_ignored"], _width_multiplier_ignored),
-        Mistake("4·D without 2/3", HINTS["no_two_thirds"], _width_no_two_thirds),
-        Mistake("2/3·D without 4", HINTS["no_four"], _width_no_four),
-        Mistake("multiple of 256 always", HINTS["multiple_ignored"], _width_fixed_multiple),
+        Mistake("4·D without 2/3", HINTS["no_two_thirds"], partial(_width, start=lambda d: 4 * d)),
+        Mistake("2/3·D without 4", HINTS["no_four"], partial(_width, start=lambda d: int(2 * d / 3))),
+        Mistake("multiple of 256 always", HINTS["multiple_ignored"], partial(_width, rounding="fixed")),
     ),
     "MoE": (
         Mistake("top-K weights not renormalised", HINTS["no_renorm"], _moe_variant("NoRenormMoE", renorm=False)),
@@ -462,24 +371,24 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {
         Mistake("top-K over the tokens", HINTS["topk_tokens"], _moe_variant("TokenTopkMoE", topk_dim=0)),
     ),
     "load_balancing_loss": (
-        Mistake("no factor E", HINTS["no_E"], _balance_no_E),
-        Mistake("HF's N normalisation", HINTS["hf_norm"], _balance_hf),
-        Mistake("f from the probabilities", HINTS["soft_f"], _balance_soft),
-        Mistake("only the first slot counted", HINTS["top1_f"], _balance_top1),
-        Mistake("P from the logits", HINTS["P_logits"], _balance_P_logits),
-        Mistake("softmax over the tokens", HINTS["P_tokens"], _balance_P_tokens),
-        Mistake("per-expert vector", HINTS["per_expert"], _balance_per_expert),
-        Mistake("straight-through f", HINTS["f_gradient"], _balance_straight_through),
-        Mistake("f = counts · p / p.detach()", HINTS["f_gradient"], _balance_ratio),
-        Mistake("P of the kept probabilities", HINTS["P_kept"], _balance_P_kept),
-        Mistake("top-K over the tokens", HINTS["topk_tokens_loss"], _balance_topk_tokens),
+        Mistake("no factor E", HINTS["no_E"], partial(_balance, factor="1")),
+        Mistake("HF's N normalisation", HINTS["hf_norm"], partial(_balance, norm="N")),
+        Mistake("f from the probabilities", HINTS["soft_f"], partial(_balance, f_kind="soft")),
+        Mistake("only the first slot counted", HINTS["top1_f"], partial(_balance, f_kind="top1")),
+        Mistake("P from the logits", HINTS["P_logits"], partial(_balance, p_kind="logits")),
+        Mistake("softmax over the tokens", HINTS["P_tokens"], partial(_balance, p_kind="tokens")),
+        Mistake("per-expert vector", HINTS["per_expert"], partial(_balance, total=False)),
+        Mistake("straight-through f", HINTS["f_gradient"], partial(_balance, f_kind="straight")),
+        Mistake("f = counts · p / p.detach()", HINTS["f_gradient"], partial(_balance, f_kind="ratio")),
+        Mistake("P of the kept probabilities", HINTS["P_kept"], partial(_balance, p_kind="kept")),
+        Mistake("top-K over the tokens", HINTS["topk_tokens_loss"], partial(_balance, topk_dim=0)),
     ),
     "route_with_capacity": (
-        Mistake("token by token", HINTS["token_major"], _route_token_major),
-        Mistake("one fewer kept", HINTS["off_by_one"], _route_off_by_one),
-        Mistake("renormalised after dropping", HINTS["renorm_after"], _route_renorm_after),
-        Mistake("dropped weights zeroed", HINTS["renorm_after"], _route_zeroed),
-        Mistake("not renormalised", HINTS["no_renorm"], _route_no_renorm),
-        Mistake("ascending order", HINTS["ascending"], _route_ascending),
+        Mistake("token by token", HINTS["token_major"], partial(_route, order="token")),
+        Mistake("one fewer kept", HINTS["off_by_one"], partial(_route, first=0)),
+        Mistake("renormalised after dropping", HINTS["renorm_after"], partial(_route, renorm="after")),
+        Mistake("dropped weights zeroed", HINTS["renorm_after"], partial(_route, renorm="zeroed")),
+        Mistake("not renormalised", HINTS["no_renorm"], partial(_route, renorm="never")),
+        Mistake("ascending order", HINTS["ascending"], partial(_route, largest=False)),
     ),
 }

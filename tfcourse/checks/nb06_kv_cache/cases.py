@@ -25,6 +25,7 @@ from ...device import make_generator
 from ..call import Call, Instance, Step
 from ..case import Case, Judge, fmt_dtype
 from ..protocol import NotebookChecks
+from ..shared import expect_value_errors
 from .hint_texts import HINTS
 from .mistakes import MISTAKES
 
@@ -146,12 +147,7 @@ def _kv_errors(seed: int) -> Case:
              for args, after in bad.values()]
 
     def judge(j: Judge) -> None:
-        for i, what in enumerate(bad):
-            o = j.outcomes[i]
-            if o.kind == "error" and o.error_type == "ValueError":
-                continue
-            did = f"raised {o.error_line()}" if o.kind == "error" else "raised nothing"
-            j.fail(f"{what}: {did}; expected ValueError", hint=HINTS["cache_validate"])
+        expect_value_errors(j, list(bad), HINTS["cache_validate"])
 
     return make_case("KVCache", "update raises ValueError when k and v differ in shape, or when B, G, Dh or the "
                      "dtype differ from the cache", calls, judge, seed=seed, part="validation")
@@ -340,10 +336,7 @@ def _attn_cache_case(title: str, seed: int, b: int, d: int, h: int, chunks: Sequ
 
 def _attn_errors() -> Case:
     def judge(j: Judge) -> None:
-        o = j.outcomes[0]
-        if not (o.kind == "error" and o.error_type == "ValueError"):
-            did = f"raised {o.error_line()}" if o.kind == "error" else "raised nothing"
-            j.fail(f"CausalSelfAttention(10, 4): {did}; expected ValueError", hint=HINTS["divisible"])
+        expect_value_errors(j, ["CausalSelfAttention(10, 4)"], HINTS["divisible"])
 
     return make_case("CausalSelfAttention", "ValueError when d_model is not divisible by num_heads",
                      [Call("CausalSelfAttention", (10, 4))], judge, part="validation")
@@ -449,10 +442,7 @@ def _lm_caches_error(seed: int) -> Case:
                 forward_kwargs={"caches": [Instance("KVCache", key="c0")]})
 
     def judge(j: Judge) -> None:
-        o = j.outcomes[0]
-        if not (o.kind == "error" and o.error_type == "ValueError"):
-            did = f"raised {o.error_line()}" if o.kind == "error" else "raised nothing"
-            j.fail(f"one cache for two blocks: {did}; expected ValueError", hint=HINTS["caches_len"])
+        expect_value_errors(j, ["one cache for two blocks"], HINTS["caches_len"])
 
     return make_case("DecoderLM", "ValueError when len(caches) != number of blocks", [call], judge, seed=seed,
                      part="validation")

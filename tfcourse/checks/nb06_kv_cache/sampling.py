@@ -20,6 +20,7 @@ import torch
 from ...device import make_generator
 from ..call import DEVICE, INT_STEP, Call, Instance
 from ..case import Case, Judge, not_a_python_int
+from ..shared import expect_value_errors
 from .cases import NOTEBOOK, error_hints, make_case, randn, step_tensors
 from .hint_texts import HINTS
 from .mistakes import MISTAKES, SAMPLING, filtered_probs
@@ -190,15 +191,8 @@ def _sampling_errors() -> Case:
            "top_p=1.5": {"top_p": 1.5}}
     calls = [Call("sample_next_token", (logits,), kw) for kw in bad.values()]
 
-    def judge(j: Judge) -> None:
-        for i, what in enumerate(bad):
-            o = j.outcomes[i]
-            if not (o.kind == "error" and o.error_type == "ValueError"):
-                did = f"raised {o.error_line()}" if o.kind == "error" else "raised nothing"
-                j.fail(f"{what}: {did}; expected ValueError", hint=HINTS["sample_errors"])
-
     return make_case("sample_next_token", "ValueError for temperature < 0, top_k < 1, top_p outside (0, 1]", calls,
-                     judge, part="validation")
+                     lambda j: expect_value_errors(j, list(bad), HINTS["sample_errors"]), part="validation")
 
 
 # Logits chosen so that no two are tied at a top-k boundary and no cumulative mass lies within
@@ -411,15 +405,10 @@ def _bytes_errors() -> Case:
     bad = [(-1, 8, 128, 10), (2, 8, 128, -5), (2, 8, 128, 10, 1, -2)]
     # no INT_STEP: these calls must raise, so there is no answer to read as an int
     calls = [Call("kv_cache_bytes", args) for args in bad]
-
-    def judge(j: Judge) -> None:
-        for i, args in enumerate(bad):
-            o = j.outcomes[i]
-            if not (o.kind == "error" and o.error_type == "ValueError"):
-                did = f"raised {o.error_line()}" if o.kind == "error" else "raised nothing"
-                j.fail(f"kv_cache_bytes{args}: {did}; expected ValueError", hint=HINTS["kv_negative"], call=i)
-
-    return make_case("kv_cache_bytes", "ValueError for a negative argument", calls, judge, part="validation")
+    whats = [f"kv_cache_bytes{args}" for args in bad]
+    return make_case("kv_cache_bytes", "ValueError for a negative argument", calls,
+                     lambda j: expect_value_errors(j, whats, HINTS["kv_negative"], show_call=True),
+                     part="validation")
 
 
 @NOTEBOOK.exercise("kv_cache_bytes", parts=("core", "validation"))
@@ -461,15 +450,9 @@ def _penalty_case(title: str, seed: int, b: int, vocab: int, t: int, penalty: fl
 
 def _penalty_errors() -> Case:
     calls = [Call("apply_repetition_penalty", (randn(6791, 1, 4), torch.tensor([[0, 1]]), p)) for p in (0.0, -1.2)]
-
-    def judge(j: Judge) -> None:
-        for i, p in enumerate((0.0, -1.2)):
-            o = j.outcomes[i]
-            if not (o.kind == "error" and o.error_type == "ValueError"):
-                did = f"raised {o.error_line()}" if o.kind == "error" else "raised nothing"
-                j.fail(f"penalty={p}: {did}; expected ValueError", hint=HINTS["rp_penalty_error"])
-
-    return make_case("apply_repetition_penalty", "ValueError for penalty <= 0", calls, judge)
+    return make_case("apply_repetition_penalty", "ValueError for penalty <= 0", calls,
+                     lambda j: expect_value_errors(j, [f"penalty={p}" for p in (0.0, -1.2)],
+                                                   HINTS["rp_penalty_error"]))
 
 
 def _penalty_unwritten(seed: int) -> Case:

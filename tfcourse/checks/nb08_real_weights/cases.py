@@ -42,8 +42,8 @@ from .oracles import (
     smollm2_oracle_logits,
 )
 
-__all__ = ["NOTEBOOK", "PROBES", "decoder_case", "encoder_case", "errors_case", "make_case", "step_tensors",
-           "well_formed_file_raised"]
+__all__ = ["NOTEBOOK", "PROBES", "decoder_case", "encoder_case", "errors_case", "make_case", "minilm_call",
+           "step_tensors", "well_formed_file_raised"]
 
 NOTEBOOK = NotebookChecks("08_real_weights")
 
@@ -261,10 +261,16 @@ def encoder_case(config: str, seed: int, ids: torch.Tensor, mask: torch.Tensor, 
     return make_case("load_encoder_weights", title, [call], judge, seed=seed)
 
 
+def minilm_call(ids: torch.Tensor, mask: torch.Tensor) -> Call:
+    """``load_encoder_weights`` on the real all-MiniLM-L6-v2 file, then the loaded model run on ``ids``
+    with ``attention_mask=mask`` (the visible case and the hidden one)."""
+    return Call("load_encoder_weights", (Instance(PROBES + "minilm_encoder"), Instance(PROBES + "minilm_path")),
+                steps=(Step("__call__", (ids,), {"attention_mask": mask}),))
+
+
 def real_encoder_case() -> Case:
     ids, mask = MINILM_BATCH
-    call = Call("load_encoder_weights", (Instance(PROBES + "minilm_encoder"), Instance(PROBES + "minilm_path")),
-                steps=(Step("__call__", (ids,), {"attention_mask": mask}),))
+    call = minilm_call(ids, mask)
 
     def judge(j: Judge) -> None:
         well_formed_file_raised(j)

@@ -7,12 +7,13 @@ import math
 import pytest
 import torch
 
-from tfcourse.checks import Call, CheckFailed, run_call
+from tfcourse.checks import Call, CheckFailed, run_call, show
 from tfcourse.checks.call import DEVICE, TorchModule
 from tfcourse.checks.case import Case, judge_case
 from tfcourse.checks.hints import Mistake
 from tfcourse.checks.outcome import FORBIDDEN_SHAPE
 from tfcourse.checks.run import run_checks
+from tfcourse.checks.show import checks_passed
 from tfcourse.checks.wire import call_from_json, call_to_json, outcome_from_json, outcome_to_json
 
 
@@ -89,6 +90,31 @@ def test_exceptions_are_errors_and_sys_exit_does_not_escape():
 def test_run_checks_prints_one_line(capsys):
     run_checks("double", lambda x: x * 2, [_case(lambda x: 2 * x)])
     assert capsys.readouterr().out == "✓ double: the check passed\n"
+
+
+def test_success_lines_count_in_the_singular_and_name_their_part(capsys):
+    cases = [_case(lambda x: 2 * x), _case(lambda x: 2 * x)]
+    run_checks("double", lambda x: x * 2, cases)
+    run_checks("double", lambda x: x * 2, cases[:1], part="core")
+    assert capsys.readouterr().out == "✓ double: all 2 checks passed\n✓ double (core): the check passed\n"
+    assert checks_passed(1, "f", "real") == "✓ f (real): the check passed"
+    assert "all 1 checks" not in checks_passed(1, "f") and checks_passed(0, "f").startswith("✓ f: all 0")
+
+
+def test_in_a_jupyter_kernel_a_pass_is_a_green_box_with_the_plain_line_as_fallback(monkeypatch, capsys):
+    shown = []
+    monkeypatch.setattr(show, "in_jupyter_kernel", lambda: object())
+    monkeypatch.setattr("IPython.display.display", lambda data, raw: shown.append(data))
+    run_checks("double", lambda x: x * 2, [_case(lambda x: 2 * x)])
+    assert capsys.readouterr().out == ""
+    (data,) = shown
+    assert data["text/plain"] == "✓ double: the check passed"
+    box = data["text/html"]
+    assert "tfcourse-pass" in box and "✓ double: the check passed" in box and "<script" not in box
+    # words stay whole, in the box and in JupyterLab's failure box (whose own rule is break-all)
+    assert box.count("word-break: normal; overflow-wrap: break-word") == 2
+    assert "anywhere" not in box and "vnd.jupyter.stderr" in box
+    assert "&lt;b&gt;" in show.success_html("✓ <b>")  # the line is text, never markup
 
 
 def test_calls_round_trip_as_plain_data():

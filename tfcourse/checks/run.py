@@ -18,6 +18,7 @@ from ..notebook import bound_names, demo_names, normalise_source
 from .call import globals_of, run_call
 from .case import Case, CheckFailed, judge_case
 from .outcome import Outcome
+from .show import checks_passed, show_success
 
 if TYPE_CHECKING:
     from .protocol import NotebookChecks
@@ -231,10 +232,8 @@ def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = Tr
     if failure is not None:
         raise failure
     if verbose:
-        which = f" of {part}" if part not in (None, "core") else ""
-        line = (f"✓ {exercise}: all {len(selected)} checks{which} passed" if len(selected) > 1
-                else f"✓ {exercise}: the check{which} passed")
+        line = checks_passed(len(selected), exercise, part)
         if stood:
             line += (f" (with the course's {', '.join(f'`{n}`' for n in stood)} in place of yours, which "
                      "fails its own check: one bug costs points once)")
-        print(line)
+        show_success(line)

@@ -49,15 +49,20 @@ def test_headless_draws_once_with_the_controls_values(monkeypatch, calls):
     assert seen == [{"d_k": 64, "head": 2}]  # a widget's value; the function's default otherwise
 
 
-def test_live_hands_the_controls_to_interact(monkeypatch, calls):
+def test_live_shows_the_controls_with_their_labels_in_full(monkeypatch, calls):
     ipywidgets = pytest.importorskip("ipywidgets")
     monkeypatch.setattr(widgets, "widget_frontend", lambda: True)
-    got = []
-    monkeypatch.setattr(ipywidgets, "interact", lambda f, **kw: got.append((f, kw)))
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda *objs, **kw: shown.extend(objs))
     draw, seen = calls
-    control = FakeWidget(16)
-    widgets.interactive_plot(draw, d_k=control)
-    assert got == [(draw, {"d_k": control})] and seen == [], "live: interact draws, no static figure"
+    slider = ipywidgets.IntSlider(value=16, min=1, max=64, description="d_k")
+    widgets.interactive_plot(draw, d_k=slider, head=[0, 1, 2, 3])
+    (panel,) = shown
+    assert isinstance(panel, ipywidgets.interactive) and seen == [{"d_k": 16, "head": 2}]  # drawn once, live
+    controls = [c for c in panel.children if isinstance(c, ipywidgets.ValueWidget)]
+    assert slider in controls and {c.description for c in controls} == {"d_k", "head"}
+    # the default width (about 80 px) cuts "temperature" to "temperat…": every label is sized to fit
+    assert all(c.style.description_width == "initial" for c in controls)
 
 
 def test_bad_controls_are_named(monkeypatch, calls):

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from importlib.metadata import files
+from pathlib import Path
 
 import pytest
 
@@ -78,7 +79,7 @@ def test_bad_controls_are_named(monkeypatch, calls):
 
 def test_learner_config_disables_only_instructor_parts():
     page = json.loads((lab.LEARNER_CONFIG / "labconfig" / "page_config.json").read_text())
-    assert set(page["disabledExtensions"]) == set(lab.INSTRUCTOR_PLUGINS)
+    assert set(page["disabledExtensions"]) == set(lab.INSTRUCTOR_PLUGINS) | set(lab.QUIET_PLUGINS)
     server = json.loads((lab.LEARNER_CONFIG / "jupyter_server_config.json").read_text())
     assert server["ServerApp"]["jpserver_extensions"] == dict.fromkeys(lab.INSTRUCTOR_SERVER_EXTENSIONS, False)
 
@@ -94,6 +95,18 @@ def test_learner_config_names_exist_in_nbgrader():
     assert bundle, "nbgrader's labextension is not installed"
     for plugin in lab.INSTRUCTOR_PLUGINS + ("@jupyter/nbgrader:assignment-list", "@jupyter/nbgrader:validate-assignment"):
         assert f'"{plugin}"' in bundle, f"nbgrader has no lab plugin {plugin}"
+
+
+def test_quiet_plugins_exist_in_this_jupyterlab():
+    """The news pop-up and the Extension Manager are plugins of JupyterLab itself: a renamed one
+    would quietly come back, so check the ids against the installed JupyterLab's bundle."""
+    from jupyterlab.commands import get_app_dir
+
+    static = Path(get_app_dir()) / "static"
+    bundle = "".join(p.read_text(encoding="utf-8", errors="replace") for p in static.glob("*.js"))
+    assert bundle, f"no JupyterLab bundle in {static}"
+    for plugin in lab.QUIET_PLUGINS:
+        assert plugin in bundle, f"JupyterLab has no plugin {plugin}"
 
 
 def test_command_serves_the_repository_root_in_learner_mode(tmp_path):

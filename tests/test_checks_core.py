@@ -67,6 +67,26 @@ def test_feedback_names_property_inputs_difference_tolerance_and_hint():
     assert "hint" not in other.message
 
 
+def test_the_entry_furthest_outside_its_tolerance_can_be_the_one_shown():
+    """For outputs whose entries differ by orders of magnitude, the largest absolute difference can
+    sit where the answer is relatively closest: worst="relative" shows the entry most out of
+    tolerance, and the tolerance is named by the dtype given, not float64's."""
+    expected = torch.tensor([1000.0, 1e-3], dtype=torch.float64)
+    actual = torch.tensor([1000.02, 1e-3 + 1e-4], dtype=torch.float64)
+
+    def message(**kw):
+        case = Case("f", "close", [Call("f", (torch.zeros(1),))],
+                    lambda j: j.close(actual, expected, atol=1e-6, rtol=1e-5, **kw))
+        return judge_case(case, [run_call(case.calls[0], {"f": lambda x: x})]).message
+
+    absolute, relative = message(), message(worst="relative", tol_dtype=torch.float32)
+    assert "largest difference 0.02 at [0]" in absolute and "(float64)" in absolute
+    assert "furthest outside its tolerance: difference 0.0001 (allowed 1.01e-06) at [1]" in relative
+    assert "(float32)" in relative and "float64" not in relative
+    with pytest.raises(ValueError, match="worst"):
+        message(worst="largest")
+
+
 def test_shape_is_reported_before_values_and_nan_is_named():
     case = _case(lambda x: 2 * x)
     r = judge_case(case, [run_call(case.calls[0], {"double": lambda x: (2 * x).T})])

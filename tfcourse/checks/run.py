@@ -23,8 +23,18 @@ from .show import checks_passed, show_success
 if TYPE_CHECKING:
     from .protocol import NotebookChecks
 
-__all__ = ["demo_dependencies", "failing_dependencies", "not_attempted",
+__all__ = ["demo_dependencies", "failing_dependencies", "not_attempted", "passed_here",
            "reference_dependencies", "run_checks", "with_stand_ins"]
+
+# (notebook, exercise, part) -> the object whose checks of that part last passed in this process:
+# a demo that runs the learner's own code (notebook 08's showcase) need not run them again
+_PASSED: dict[tuple[str, str, str | None], Any] = {}
+
+
+def passed_here(notebook: str, exercise: str, part: str | None, obj: Any) -> bool:
+    """Whether ``obj`` itself passed ``exercise``'s checks of ``part`` in this process, last time
+    they ran (a check cell run, then the function redefined: False)."""
+    return _PASSED.get((notebook, exercise, part)) is obj
 
 
 def not_attempted(outcomes: list[Outcome]) -> bool:
@@ -229,8 +239,12 @@ def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = Tr
     namespace = {**(also or {}), exercise: obj}
     failure, stood = with_stand_ins(exercise, obj, notebook,
                                     lambda ns: _first_failure(exercise, selected, ns), namespace)
+    key = (notebook.name if notebook is not None else "", exercise, part)
+    _PASSED.pop(key, None)
     if failure is not None:
         raise failure
+    if not stood:  # passed on its own, not with the course's callees standing in
+        _PASSED[key] = obj
     if verbose:
         line = checks_passed(len(selected), exercise, part)
         if stood:

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 __all__ = ["demo_dependencies", "failing_dependencies", "not_attempted", "passed_here",
            "reference_dependencies", "run_checks", "with_stand_ins"]
 
-# (notebook, exercise, part) -> the object whose checks of that part last passed in this process:
+# (notebook, exercise, part) -> the object whose checks of that part (test cell) last passed in this
+# process:
 # a demo that runs the learner's own code (notebook 08's showcase) need not run them again
 _PASSED: dict[tuple[str, str, str | None], Any] = {}
 
@@ -239,12 +240,13 @@ def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = Tr
     namespace = {**(also or {}), exercise: obj}
     failure, stood = with_stand_ins(exercise, obj, notebook,
                                     lambda ns: _first_failure(exercise, selected, ns), namespace)
-    key = (notebook.name if notebook is not None else "", exercise, part)
-    _PASSED.pop(key, None)
+    keys = [(notebook.name if notebook is not None else "", exercise, p) for p in dict.fromkeys(c.part for c in selected)]
+    for key in keys:
+        _PASSED.pop(key, None)
     if failure is not None:
         raise failure
-    if not stood:  # passed on its own, not with the course's callees standing in
-        _PASSED[key] = obj
+    if not stood:  # passed on its own, not with the course's callees standing in: each part it ran
+        _PASSED.update(dict.fromkeys(keys, obj))
     if verbose:
         line = checks_passed(len(selected), exercise, part)
         if stood:

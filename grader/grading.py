@@ -231,6 +231,15 @@ def _stub_row(name: str, points: float, outcomes: list[Outcome], note: str) -> E
     return None
 
 
+def _checks(n: int) -> str:
+    return "1 check" if n == 1 else f"{n} checks"
+
+
+def _all_checks(n: int) -> str:
+    """"all 4 checks" or "the check", never "all 1 checks"."""
+    return "the check" if n == 1 else f"all {n} checks"
+
+
 def _part_rows(ex: Exercise, tally: _Tally, limits: Limits) -> list[PartRow]:
     """What each test cell of the exercise scored, with its feedback."""
     name = ex.name
@@ -238,9 +247,9 @@ def _part_rows(ex: Exercise, tally: _Tally, limits: Limits) -> list[PartRow]:
     for part, pts in ex.parts:
         ok, cell = bool(tally.part_ok[part]) and all(tally.part_ok[part]), test_cell_id(name, part)
         n = len(tally.part_ok[part])
-        feedback = (f"✓ {cell}: all {n} checks of this test cell passed" if ok else
-                    f"{_failure_text(tally.part_first[part], name, limits)}\n  ({sum(tally.part_ok[part])} of {n} "
-                    f"checks of this test cell passed)" if part in tally.part_first else "")
+        feedback = (f"✓ {cell}: {_all_checks(n)} of this test cell passed" if ok else
+                    f"{_failure_text(tally.part_first[part], name, limits)}\n  ({sum(tally.part_ok[part])} of "
+                    f"{_checks(n)} of this test cell passed)" if part in tally.part_first else "")
         parts.append({"test_cell": cell, "passed": ok, "score": pts if ok else 0.0, "max_score": pts,
                       "feedback": feedback})
     return parts
@@ -255,13 +264,13 @@ def _verdict(nb: Notebook, ex: Exercise, tally: _Tally, total: int, limits: Limi
     if tally.note:  # costs nothing: the rule is scored only where a test cell states it
         note = f"\n  note (no points lost): {tally.note}{note}"
     if first is None and all(p["passed"] for p in parts):
-        return _exercise(name, "passed", points, f"✓ {name}: all {total} checks passed{note}", score=score,
+        return _exercise(name, "passed", points, f"✓ {name}: {_all_checks(total)} passed{note}", score=score,
                          cases_passed=passed, cases_total=total, parts=parts)
     if first is None:  # a part without cases: a course bug, never free points
         raise CourseError(f"{nb.name}: {name} has a test cell that no case scores")
     message = _failure_text(first, name, limits)
     status: ExerciseStatus = "error" if first.status == "error" else "failed"
-    summary = f"{passed} of {total} checks passed"
+    summary = f"{passed} of {_checks(total)} passed"
     if len(parts) > 1:
         summary += "; " + ", ".join(f"{p['test_cell']} {p['score']:g}/{p['max_score']:g}" for p in parts)
     return _exercise(name, status, points, f"{message}\n  ({summary}){note}", score=score,
@@ -490,7 +499,7 @@ def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, ExerciseRow], to_run
             else "which lost points on its own"
         note = f"graded with the course's {used} in place of yours, {why} (one bug costs points once)"
         if again["status"] == "passed":
-            again["feedback"] = (f"✓ {name}: all {again.get('cases_total', 0)} checks passed with the course's "
+            again["feedback"] = (f"✓ {name}: {_all_checks(again.get('cases_total', 0))} passed with the course's "
                                  f"{used}\n  note: {note}")
         else:
             # that run could read the course's code, so only its scores are shown: say which test

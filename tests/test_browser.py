@@ -61,13 +61,15 @@ class Lab:
         shutil.copytree(ROOT / "notebooks", self.root / "notebooks")
         shutil.copytree(ROOT / "docs", self.root / "docs")
         settings = tmp / "settings" / "@jupyterlab"
-        # every cell in the DOM (no windowing), no news prompt over the notebook
+        # every cell in the DOM (no windowing); no news prompt over the notebook: learner mode
+        # turns it off itself (tfcourse/lab.py, checked in step 3), plain jupyter lab by setting
         (settings / "notebook-extension").mkdir(parents=True)
         (settings / "notebook-extension" / "tracker.jupyterlab-settings").write_text(
             json.dumps({"windowingMode": "none"}))
-        (settings / "apputils-extension").mkdir(parents=True)
-        (settings / "apputils-extension" / "notification.jupyterlab-settings").write_text(
-            json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+        if not learner:
+            (settings / "apputils-extension").mkdir(parents=True)
+            (settings / "apputils-extension" / "notification.jupyterlab-settings").write_text(
+                json.dumps({"fetchNews": "false", "checkForUpdates": False}))
         self.port, self.token = _free_port(), os.urandom(12).hex()
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ)
@@ -225,6 +227,9 @@ def test_learner_notebook_in_jupyterlab(notebook, lab, page):
         titles = " ".join(page.locator(".jp-SideBar .lm-TabBar-tab").evaluate_all(
             "tabs => tabs.map(t => (t.getAttribute('title') || '') + ' ' + t.textContent)"))
         assert "Create Assignment" not in titles and "Formgrader" not in titles, titles
+        # nor JupyterLab's Extension Manager (its warning) or news pop-up, which covers figures
+        assert "Extension Manager" not in titles, titles
+        assert page.get_by_text("official Jupyter news").count() == 0, "the news pop-up is on in learner mode"
         assert lab.status("/formgrader") == 404, "the formgrader server extension is on in learner mode"
         # the learner's side of nbgrader stays: Validate in the notebook toolbar, the assignment list
         assert page.locator(".jp-NotebookPanel-toolbar").get_by_text("Validate").count() >= 1
@@ -260,6 +265,12 @@ def test_learner_notebook_in_jupyterlab(notebook, lab, page):
                if n and not code[i].metadata.get("nbgrader", {}).get("grade")]
         assert not bad, f"demo cells with an error after Run All: {bad}"
         assert any(errors), "an untouched notebook's checks should fail visibly"
+        # a failure line wraps at spaces, never mid-word (JupyterLab's own rule is break-all)
+        breaks = cells.evaluate_all(
+            "cells => [...new Set(cells.flatMap(c => [...c.querySelectorAll("
+            "'.jp-OutputArea-output[data-mime-type=\"application/vnd.jupyter.stderr\"] pre')]"
+            ".map(p => getComputedStyle(p).wordBreak)))]")
+        assert breaks == ["normal"], f"failure lines break with word-break {breaks}"
         first_check = next(i for i, c in enumerate(code) if c.metadata.get("nbgrader", {}).get("grade"))
         cells.nth(first_check).screenshot(path=str(page.shots / "first-check-after-run-all.png"))  # kept
 

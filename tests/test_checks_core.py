@@ -7,12 +7,13 @@ import math
 import pytest
 import torch
 
-from tfcourse.checks import Call, CheckFailed, run_call
+from tfcourse.checks import Call, CheckFailed, run_call, show
 from tfcourse.checks.call import DEVICE, TorchModule
 from tfcourse.checks.case import Case, judge_case
 from tfcourse.checks.hints import Mistake
 from tfcourse.checks.outcome import FORBIDDEN_SHAPE
 from tfcourse.checks.run import run_checks
+from tfcourse.checks.show import checks_passed
 from tfcourse.checks.wire import call_from_json, call_to_json, outcome_from_json, outcome_to_json
 
 
@@ -66,6 +67,26 @@ def test_feedback_names_property_inputs_difference_tolerance_and_hint():
     assert "hint" not in other.message
 
 
+def test_the_entry_furthest_outside_its_tolerance_can_be_the_one_shown():
+    """For outputs whose entries differ by orders of magnitude, the largest absolute difference can
+    sit where the answer is relatively closest: worst="relative" shows the entry most out of
+    tolerance, and the tolerance is named by the dtype given, not float64's."""
+    expected = torch.tensor([1000.0, 1e-3], dtype=torch.float64)
+    actual = torch.tensor([1000.02, 1e-3 + 1e-4], dtype=torch.float64)
+
+    def message(**kw):
+        case = Case("f", "close", [Call("f", (torch.zeros(1),))],
+                    lambda j: j.close(actual, expected, atol=1e-6, rtol=1e-5, **kw))
+        return judge_case(case, [run_call(case.calls[0], {"f": lambda x: x})]).message
+
+    absolute, relative = message(), message(worst="relative", tol_dtype=torch.float32)
+    assert "largest difference 0.02 at [0]" in absolute and "(float64)" in absolute
+    assert "furthest outside its tolerance: difference 0.0001 (allowed 1.01e-06) at [1]" in relative
+    assert "(float32)" in relative and "float64" not in relative
+    with pytest.raises(ValueError, match="worst"):
+        message(worst="largest")
+
+
 def test_shape_is_reported_before_values_and_nan_is_named():
     case = _case(lambda x: 2 * x)
     r = judge_case(case, [run_call(case.calls[0], {"double": lambda x: (2 * x).T})])
@@ -89,6 +110,31 @@ def test_exceptions_are_errors_and_sys_exit_does_not_escape():
 def test_run_checks_prints_one_line(capsys):
     run_checks("double", lambda x: x * 2, [_case(lambda x: 2 * x)])
     assert capsys.readouterr().out == "✓ double: the check passed\n"
+
+
+def test_success_lines_count_in_the_singular_and_name_their_part(capsys):
+    cases = [_case(lambda x: 2 * x), _case(lambda x: 2 * x)]
+    run_checks("double", lambda x: x * 2, cases)
+    run_checks("double", lambda x: x * 2, cases[:1], part="core")
+    assert capsys.readouterr().out == "✓ double: all 2 checks passed\n✓ double (core): the check passed\n"
+    assert checks_passed(1, "f", "real") == "✓ f (real): the check passed"
+    assert "all 1 checks" not in checks_passed(1, "f") and checks_passed(0, "f").startswith("✓ f: all 0")
+
+
+def test_in_a_jupyter_kernel_a_pass_is_a_green_box_with_the_plain_line_as_fallback(monkeypatch, capsys):
+    shown = []
+    monkeypatch.setattr(show, "in_jupyter_kernel", lambda: object())
+    monkeypatch.setattr("IPython.display.display", lambda data, raw: shown.append(data))
+    run_checks("double", lambda x: x * 2, [_case(lambda x: 2 * x)])
+    assert capsys.readouterr().out == ""
+    (data,) = shown
+    assert data["text/plain"] == "✓ double: the check passed"
+    box = data["text/html"]
+    assert "tfcourse-pass" in box and "✓ double: the check passed" in box and "<script" not in box
+    # words stay whole, in the box and in JupyterLab's failure box (whose own rule is break-all)
+    assert box.count("word-break: normal; overflow-wrap: break-word") == 2
+    assert "anywhere" not in box and "vnd.jupyter.stderr" in box
+    assert "&lt;b&gt;" in show.success_html("✓ <b>")  # the line is text, never markup
 
 
 def test_calls_round_trip_as_plain_data():

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from importlib.metadata import files
+from pathlib import Path
 
 import pytest
 
@@ -49,15 +50,20 @@ def test_headless_draws_once_with_the_controls_values(monkeypatch, calls):
     assert seen == [{"d_k": 64, "head": 2}]  # a widget's value; the function's default otherwise
 
 
-def test_live_hands_the_controls_to_interact(monkeypatch, calls):
+def test_live_shows_the_controls_with_their_labels_in_full(monkeypatch, calls):
     ipywidgets = pytest.importorskip("ipywidgets")
     monkeypatch.setattr(widgets, "widget_frontend", lambda: True)
-    got = []
-    monkeypatch.setattr(ipywidgets, "interact", lambda f, **kw: got.append((f, kw)))
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda *objs, **kw: shown.extend(objs))
     draw, seen = calls
-    control = FakeWidget(16)
-    widgets.interactive_plot(draw, d_k=control)
-    assert got == [(draw, {"d_k": control})] and seen == [], "live: interact draws, no static figure"
+    slider = ipywidgets.IntSlider(value=16, min=1, max=64, description="d_k")
+    widgets.interactive_plot(draw, d_k=slider, head=[0, 1, 2, 3])
+    (panel,) = shown
+    assert isinstance(panel, ipywidgets.interactive) and seen == [{"d_k": 16, "head": 2}]  # drawn once, live
+    controls = [c for c in panel.children if isinstance(c, ipywidgets.ValueWidget)]
+    assert slider in controls and {c.description for c in controls} == {"d_k", "head"}
+    # the default width (about 80 px) cuts "temperature" to "temperat…": every label is sized to fit
+    assert all(c.style.description_width == "initial" for c in controls)
 
 
 def test_bad_controls_are_named(monkeypatch, calls):
@@ -73,7 +79,7 @@ def test_bad_controls_are_named(monkeypatch, calls):
 
 def test_learner_config_disables_only_instructor_parts():
     page = json.loads((lab.LEARNER_CONFIG / "labconfig" / "page_config.json").read_text())
-    assert set(page["disabledExtensions"]) == set(lab.INSTRUCTOR_PLUGINS)
+    assert set(page["disabledExtensions"]) == set(lab.INSTRUCTOR_PLUGINS) | set(lab.QUIET_PLUGINS)
     server = json.loads((lab.LEARNER_CONFIG / "jupyter_server_config.json").read_text())
     assert server["ServerApp"]["jpserver_extensions"] == dict.fromkeys(lab.INSTRUCTOR_SERVER_EXTENSIONS, False)
 
@@ -89,6 +95,18 @@ def test_learner_config_names_exist_in_nbgrader():
     assert bundle, "nbgrader's labextension is not installed"
     for plugin in lab.INSTRUCTOR_PLUGINS + ("@jupyter/nbgrader:assignment-list", "@jupyter/nbgrader:validate-assignment"):
         assert f'"{plugin}"' in bundle, f"nbgrader has no lab plugin {plugin}"
+
+
+def test_quiet_plugins_exist_in_this_jupyterlab():
+    """The news pop-up and the Extension Manager are plugins of JupyterLab itself: a renamed one
+    would quietly come back, so check the ids against the installed JupyterLab's bundle."""
+    from jupyterlab.commands import get_app_dir
+
+    static = Path(get_app_dir()) / "static"
+    bundle = "".join(p.read_text(encoding="utf-8", errors="replace") for p in static.glob("*.js"))
+    assert bundle, f"no JupyterLab bundle in {static}"
+    for plugin in lab.QUIET_PLUGINS:
+        assert plugin in bundle, f"JupyterLab has no plugin {plugin}"
 
 
 def test_command_serves_the_repository_root_in_learner_mode(tmp_path):

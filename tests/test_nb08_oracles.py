@@ -263,3 +263,26 @@ def test_rollout_is_the_product_written_out():
     torch.testing.assert_close(ref.attention_rollout([eye, eye]), torch.eye(4)[None])
     with pytest.raises(ValueError):
         ref.attention_rollout([])
+
+
+def test_minilm_real_check_names_the_float32_tolerance_and_the_entry_most_out_of_it():
+    """A loader off by a hair in the last LayerNorm's gain fails the real check; the message names
+    the float32 computation's tolerance (not "(float64)", the dtype it is compared in) and shows the
+    entry furthest outside its tolerance; the reference loader passes."""
+    from safetensors.torch import load_file
+
+    from tests.catalogue.nb08_real_weights import _ENCODER
+    from tfcourse.checks import CheckFailed
+    from tfcourse.checks.nb08_real_weights import NOTEBOOK
+
+    scope = {"torch": torch, "load_file": load_file}
+    exec(_ENCODER.replace("    return model", "    with torch.no_grad():\n"
+                          "        model.blocks[-1].ffn_norm.weight.mul_(1.001)\n    return model"), scope)
+    load_encoder_weights = scope["load_encoder_weights"]  # a learner's loop, the last gain off by 0.1 %
+
+    with pytest.raises(CheckFailed) as failed:
+        NOTEBOOK.run("load_encoder_weights", load_encoder_weights, "real", verbose=False)
+    message = str(failed.value)
+    assert "furthest outside its tolerance" in message and "(float32)" in message and "float64" not in message
+    exec(_ENCODER, scope)
+    NOTEBOOK.run("load_encoder_weights", scope["load_encoder_weights"], "real", verbose=False)

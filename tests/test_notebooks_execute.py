@@ -30,8 +30,12 @@ def _execute(path, allow_errors: bool):
 def test_solution_notebook_executes(source, record_property):
     nb, seconds = notebook_runs.result("solution", source)  # once per session, in the background
     record_property("seconds", round(seconds, 1))  # reported, not asserted (see docs/benchmarks.md)
-    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    printed = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")
+                      for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "all" in printed and "checks passed" in printed
+    passes = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+              if o.get("data", {}).get("text/plain", "").startswith("✓")]
+    assert passes and all("tfcourse-pass" in o["data"]["text/html"] for o in passes)  # the green box
     figures = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.outputs
                   if "image/png" in o.get("data", {}))
     assert figures >= 2, "the notebook should draw its plots when executed headless"

@@ -59,3 +59,23 @@ def test_every_number_the_text_quotes_is_printed(source):
             missing += [f"cell {i}: {n}" for n in quoted_numbers(cell.source) if n not in printed]
     assert not missing, ("numbers the text quotes that no code cell printed (compute and print them, "
                          f"or put a definition in $math$ or a code span): {missing}")
+
+
+# A timing demo's conclusion is the run's own: the cell derives the sentence from what it measured
+# (tfcourse.timing.compared / trend), and the text refers to that line instead of asserting an
+# outcome a busy machine can invert.
+DERIVED = {
+    "04_normalisation": ["in this run: written the same way, RMSNorm was "],
+    "06_kv_cache": ["in this run, from S = ", "(with the cache "],
+    "07_gqa_mla": ["times as fast as MHA in this run (", " was ", "in this run the best start: "],
+}
+
+
+@pytest.mark.parametrize("name", sorted(DERIVED))
+def test_timing_conclusions_are_derived_from_the_run(name, executed_solutions):
+    nb, _ = executed_solutions(SOLUTIONS / f"{name}.ipynb")
+    printed = printed_text(nb)
+    missing = [line for line in DERIVED[name] if line not in printed]
+    assert not missing, f"{name}: the derived sentences are not printed: {missing}"
+    words = re.findall(r"(faster than|slower than|about as fast as|stayed nearly flat|fell|rose|grew) ", printed)
+    assert words, f"{name}: no measured comparison was printed"

@@ -10,8 +10,12 @@ instructor side.
   server only. Its ``labconfig/page_config.json`` disables nbgrader's instructor labextension
   plugins (``@jupyter/nbgrader:menu``, ``:create-assignment``, ``:formgrader``, ``:course-list``)
   and its ``jupyter_server_config.json`` turns off the matching server extensions
-  (``nbgrader.server_extensions.formgrader`` and ``.course_list``). The assignment list and
-  Validate stay. Nothing in the user's or the environment's Jupyter config is changed:
+  (``nbgrader.server_extensions.formgrader`` and ``.course_list``), and JupyterLab's news pop-up
+  and Extension Manager (``QUIET_PLUGINS``). Validate stays, and so does the assignment list's
+  server extension; its page opens only from the Nbgrader menu in nbgrader 0.9.6, which is off,
+  so learners of an nbgrader course fetch and submit on the command line
+  (``nbgrader fetch_assignment NN_topic``, ``nbgrader submit NN_topic``) or in plain
+  ``jupyter lab``. Nothing in the user's or the environment's Jupyter config is changed:
   instructors start ``jupyter lab`` as usual and keep everything nbgrader installs.
   (A ``jpserver_extensions`` setting in the user's own ``~/.jupyter/jupyter_server_config.json``
   takes precedence over this one; ``nbgrader`` never writes one there unless asked with
@@ -35,6 +39,10 @@ INSTRUCTOR_PLUGINS = ("@jupyter/nbgrader:menu", "@jupyter/nbgrader:create-assign
                       "@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:course-list")
 INSTRUCTOR_SERVER_EXTENSIONS = ("nbgrader.server_extensions.formgrader",
                                 "nbgrader.server_extensions.course_list")
+#: JupyterLab 4's plugins that learner mode also turns off: the news pop-up ("Would you like to
+#: receive official Jupyter news?", which covers figures) and the Extension Manager (its warning
+#: about third-party extensions; a learner installs nothing into the course's environment).
+QUIET_PLUGINS = ("@jupyterlab/apputils-extension:announcements", "@jupyterlab/extensionmanager-extension:plugin")
 
 
 def learner_env(environ: dict[str, str] | None = None) -> dict[str, str]:

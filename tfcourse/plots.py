@@ -20,6 +20,11 @@ from matplotlib.axes import Axes
 __all__ = ["attention_heatmap", "heatmap_grid", "line_plot"]
 
 
+#: The widest figure a grid draws, in inches: about the width of a notebook's output area at
+#: matplotlib's inline 100 dpi, so text is shown at its own size.
+MAX_WIDTH = 11.0
+
+
 def _to_numpy(x: Any) -> np.ndarray:
     """A float numpy copy of a tensor (any device, with or without grad) or array-like."""
     if hasattr(x, "detach"):  # torch.Tensor, without importing torch here
@@ -36,12 +41,15 @@ def attention_heatmap(
     ax: Axes | None = None,
     annotate: bool | None = None,
     colorbar: bool = True,
+    xlabel: str = "key (attended to)",
+    ylabel: str = "query",
 ) -> Axes:
     """Draw attention weights as a heatmap: one row per query, one column per key.
 
     weights: (T, S) tensor or array (e.g. one head's softmax weights; any real values work).
     query_labels: T strings for the rows; key_labels: S strings for the columns (the tokens).
     annotate: write each value in its cell; default: only when T * S <= 100.
+    xlabel, ylabel: the axes' names (attention's by default; a similarity matrix names its own).
     When all values lie in [0, 1] the colour scale is fixed to [0, 1], so heatmaps of
     different weights can be compared by colour.
     Returns the Axes. Raises ValueError if ``weights`` is not 2-D or a label list has the
@@ -74,8 +82,8 @@ def attention_heatmap(
     ax.set_yticks(range(t_q), labels=query_labels if query_labels is not None else range(t_q))
     if key_labels is not None and max((len(str(s)) for s in key_labels), default=0) > 2:
         plt.setp(ax.get_xticklabels(), rotation=45, ha="right", rotation_mode="anchor")
-    ax.set_xlabel("key (attended to)")
-    ax.set_ylabel("query")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     if title is not None:
         ax.set_title(title)
 
@@ -123,11 +131,17 @@ def heatmap_grid(
     nrows = math.ceil(len(panels) / ncols)
     t_max = max(p.shape[0] if p.ndim == 2 else 1 for p in panels)
     s_max = max(p.shape[-1] if p.ndim >= 1 else 1 for p in panels)
+    width = ncols * (1.2 + 0.45 * s_max)
+    # at most MAX_WIDTH inches wide: a wider figure is shrunk to the notebook's width on screen, and
+    # its titles and ticks with it; constrained layout keeps the suptitle clear of the panels
+    scale = min(1.0, MAX_WIDTH / width)
     _, axes = plt.subplots(
         nrows,
         ncols,
         squeeze=False,
-        figsize=(ncols * (1.2 + 0.45 * s_max), nrows * (1.0 + 0.4 * t_max)),
+        # each panel as tall as it is wide (square cells), plus room for its title and labels
+        figsize=(width * scale, nrows * (0.9 + width * scale / ncols * t_max / s_max)),
+        layout="constrained",
     )
     for h, ax in enumerate(axes.flat):
         if h >= len(panels):
@@ -144,7 +158,6 @@ def heatmap_grid(
         )
     if suptitle is not None:
         axes.flat[0].figure.suptitle(suptitle)
-    axes.flat[0].figure.tight_layout()
     return axes
 
 

@@ -79,6 +79,12 @@ def interactive_plot(draw: Callable[..., Any], **controls: Any) -> None:
         except ImportError:
             print("ipywidgets is not installed (pip install ipywidgets): a static figure instead.")
         else:
-            ipywidgets.interact(draw, **controls)
+            panel = ipywidgets.interactive(draw, **controls)  # what interact shows, before it is shown
+            for control in panel.children:  # labels in full ("temperature", not "temperat…")
+                if hasattr(getattr(control, "style", None), "description_width"):
+                    control.style.description_width = "initial"
+            from IPython.display import display
+
+            display(panel)
             return
     draw(**_static_values(draw, controls))

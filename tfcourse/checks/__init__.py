@@ -12,6 +12,7 @@ cases and its catalogue of known mistakes. The shared core, one job a module:
 * :mod:`~tfcourse.checks.hints`: known mistakes (:class:`Mistake`) and how answers match them;
 * :mod:`~tfcourse.checks.tolerance`: the tolerance per dtype;
 * :mod:`~tfcourse.checks.run`: running checks in a notebook (:func:`run_checks`, stand-ins).
+* :mod:`~tfcourse.checks.show`: how a verdict appears (one line; in a Jupyter kernel a green box).
 
 The first four also run inside the grader's sandboxed child: standard library and torch only.
 """

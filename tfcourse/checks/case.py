@@ -199,12 +199,18 @@ class Judge:
     # -- comparing -------------------------------------------------------------------------
     def close(self, actual: torch.Tensor, expected: torch.Tensor, *, name: str = "output",
               atol: float | None = None, rtol: float | None = None, call: int | None = None, index: int = 0,
-              hint: str | None = None, oracle: str = "expected", tol_dtype: torch.dtype | None = None) -> None:
+              hint: str | None = None, oracle: str = "expected", tol_dtype: torch.dtype | None = None,
+              worst: str = "absolute") -> None:
         """Fail unless ``actual`` matches ``expected`` (shape first, then values, NaN-aware).
 
         tol_dtype: the dtype whose :func:`tolerance` applies (default: expected's), e.g. float16
         when a half-precision answer is compared with a float64 oracle. call: the call ``actual``
-        came from (its inputs are shown and its catalogue hint used; default the first)."""
+        came from (its inputs are shown and its catalogue hint used; default the first).
+        worst: which failing entry the message shows: "absolute", the largest difference, or
+        "relative", the one furthest outside its own tolerance (difference / allowed), for outputs
+        whose entries differ in size by orders of magnitude (a real model's hidden states)."""
+        if worst not in ("absolute", "relative"):
+            raise ValueError(f"worst must be 'absolute' or 'relative', got {worst!r}")
         at = call or 0
         if tuple(actual.shape) != tuple(expected.shape):
             self.fail(f"{name} has shape {fmt_shape(actual.shape)}; expected {fmt_shape(expected.shape)}",
@@ -236,10 +242,14 @@ class Judge:
         allowed = atol + rtol * torch.nan_to_num(e.abs(), posinf=0.0)
         bad = diff > allowed
         if bad.any():
-            flat = int(torch.argmax(torch.where(bad, diff, torch.zeros_like(diff)).flatten()))
+            score = diff / allowed.clamp(min=1e-300) if worst == "relative" else diff
+            flat = int(torch.argmax(torch.where(bad, score, torch.zeros_like(score)).flatten()))
             idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape)) if a.dim() else ()
+            where = (f"furthest outside its tolerance: difference {fmt_num(float(diff[idx]))} (allowed "
+                     f"{fmt_num(float(allowed[idx]))})" if worst == "relative"
+                     else f"largest difference {fmt_num(float(diff[idx]))}")
             self.fail(
-                f"{name} shape {fmt_shape(actual.shape)} ✓; largest difference {fmt_num(float(diff[idx]))} "
+                f"{name} shape {fmt_shape(actual.shape)} ✓; {where} "
                 f"at {list(idx)}: got {fmt_num(float(a[idx]))}, {oracle} {fmt_num(float(e[idx]))}",
                 f"tolerance: atol {atol:g} + rtol {rtol:g}·|{oracle}| ({fmt_dtype(tol_dtype)})",
                 hint=hint or self.mistake_hint(at, index, atol=atol, rtol=rtol), call=call,

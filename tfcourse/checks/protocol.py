@@ -28,6 +28,7 @@ from typing import Any
 from .call import globals_of
 from .case import Case
 from .run import run_checks
+from .show import show_style
 
 __all__ = ["ExerciseChecks", "NotebookChecks"]
 
@@ -136,4 +137,5 @@ class NotebookChecks:
         for exercise in self._exercises:
             namespace[f"check_{exercise}"] = self.check(exercise)
             names.append(f"check_{exercise}")
+        show_style()  # in a Jupyter kernel: failure lines wrap at spaces (tfcourse.checks.show)
         return names

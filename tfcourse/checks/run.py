@@ -18,12 +18,24 @@ from ..notebook import bound_names, demo_names, normalise_source
 from .call import globals_of, run_call
 from .case import Case, CheckFailed, judge_case
 from .outcome import Outcome
+from .show import checks_passed, show_success
 
 if TYPE_CHECKING:
     from .protocol import NotebookChecks
 
-__all__ = ["demo_dependencies", "failing_dependencies", "not_attempted",
+__all__ = ["demo_dependencies", "failing_dependencies", "not_attempted", "passed_here",
            "reference_dependencies", "run_checks", "with_stand_ins"]
+
+# (notebook, exercise, part) -> the object whose checks of that part (test cell) last passed in this
+# process:
+# a demo that runs the learner's own code (notebook 08's showcase) need not run them again
+_PASSED: dict[tuple[str, str, str | None], Any] = {}
+
+
+def passed_here(notebook: str, exercise: str, part: str | None, obj: Any) -> bool:
+    """Whether ``obj`` itself passed ``exercise``'s checks of ``part`` in this process, last time
+    they ran (a check cell run, then the function redefined: False)."""
+    return _PASSED.get((notebook, exercise, part)) is obj
 
 
 def not_attempted(outcomes: list[Outcome]) -> bool:
@@ -233,15 +245,18 @@ def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = Tr
     notes: list[str] = []
     failure, stood = with_stand_ins(exercise, obj, notebook,
                                     lambda ns: _first_failure(exercise, selected, ns, notes), namespace)
+    keys = [(notebook.name if notebook is not None else "", exercise, p) for p in dict.fromkeys(c.part for c in selected)]
+    for key in keys:
+        _PASSED.pop(key, None)
     if failure is not None:
         raise failure
+    if not stood:  # passed on its own, not with the course's callees standing in: each part it ran
+        _PASSED.update(dict.fromkeys(keys, obj))
     if verbose:
-        which = f" of {part}" if part not in (None, "core") else ""
-        line = (f"✓ {exercise}: all {len(selected)} checks{which} passed" if len(selected) > 1
-                else f"✓ {exercise}: the check{which} passed")
+        line = checks_passed(len(selected), exercise, part)
         if stood:
             line += (f" (with the course's {', '.join(f'`{n}`' for n in stood)} in place of yours, which "
                      "fails its own check: one bug costs points once)")
         if notes:  # costs nothing here: the rule is scored only where a test cell states it
             line += f"\n  note (no points lost): {notes[0]}"
-        print(line)
+        show_success(line)

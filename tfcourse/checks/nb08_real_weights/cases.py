@@ -228,8 +228,13 @@ def _real_tokens_close(j: Judge, hidden: torch.Tensor, want: torch.Tensor, mask:
     keep = mask.bool()[..., None].expand_as(want)
     if tuple(hidden.shape) != tuple(want.shape):
         j.close(hidden, want, name="hidden states", oracle=oracle)  # fails on the shape
+    # compared in float64, judged as the float32 computation it is; the entry shown is the one
+    # furthest outside its tolerance: MiniLM's hidden features differ in size by orders of magnitude
+    # (a feature whose LayerNorm gain is near zero stays tiny), so the largest absolute difference
+    # can sit where the answer is relatively closest
     j.close(torch.where(keep, hidden.double(), 0.0), torch.where(keep, want.double(), 0.0),
-            name="hidden states (real tokens; padding set to 0 on both sides)", atol=atol, rtol=rtol, oracle=oracle)
+            name="hidden states (real tokens; padding set to 0 on both sides)", atol=atol, rtol=rtol, oracle=oracle,
+            tol_dtype=want.dtype if want.is_floating_point() else None, worst="relative")
 
 
 def encoder_case(config: str, seed: int, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor, *,

@@ -261,7 +261,7 @@ def _verdict(nb: Notebook, ex: Exercise, tally: _Tally, total: int, limits: Limi
     passed, first = tally.passed, tally.first
     parts = _part_rows(ex, tally, limits)
     score = round(sum(p["score"] for p in parts), 4)
-    if tally.note:  # costs nothing: the rule is scored only where a test cell states it
+    if tally.note and "unwritten" not in dict(ex.parts):  # costs nothing: scored only where a test cell states it
         note = f"\n  note (no points lost): {tally.note}{note}"
     if first is None and all(p["passed"] for p in parts):
         return _exercise(name, "passed", points, f"✓ {name}: {_all_checks(total)} passed{note}", score=score,

@@ -257,6 +257,7 @@ def run_checks(exercise: str, obj: Any, cases: list[Case], *, verbose: bool = Tr
         if stood:
             line += (f" (with the course's {', '.join(f'`{n}`' for n in stood)} in place of yours, which "
                      "fails its own check: one bug costs points once)")
-        if notes:  # costs nothing here: the rule is scored only where a test cell states it
+        scored_here = notebook is not None and "unwritten" in notebook.parts(exercise)
+        if notes and not scored_here:  # costs nothing: the rule is scored only where a test cell states it
             line += f"\n  note (no points lost): {notes[0]}"
         show_success(line)

@@ -71,9 +71,10 @@ DERIVED = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(DERIVED))
-def test_timing_conclusions_are_derived_from_the_run(name, executed_solutions):
-    nb, _ = executed_solutions(SOLUTIONS / f"{name}.ipynb")
+@pytest.mark.parametrize("source", [SOLUTIONS / f"{name}.ipynb" for name in sorted(DERIVED)], ids=lambda p: p.stem)
+def test_timing_conclusions_are_derived_from_the_run(source):
+    name = source.stem
+    nb, _ = notebook_runs.result("solution", source)  # shared with test_notebooks_execute
     printed = printed_text(nb)
     missing = [line for line in DERIVED[name] if line not in printed]
     assert not missing, f"{name}: the derived sentences are not printed: {missing}"

@@ -30,8 +30,6 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-import nbformat
-
 CELL_TIMEOUT_S = 600  # per cell; the busiest cell (notebook 08's) takes well under a minute alone
 _LOCK = threading.Lock()
 _FUTURES: dict[tuple[str, Path], Future] = {}
@@ -53,6 +51,8 @@ def _kernel_env() -> dict[str, str]:
 
 
 def _notebook(kind: str, path: Path):
+    import nbformat
+
     nb = nbformat.read(path, as_version=4)
     if kind == "demos":
         from tests.test_demo_cells import demo_run

@@ -34,7 +34,7 @@ CELL_TIMEOUT_S = 600  # per cell; the busiest cell (notebook 08's) takes well un
 _LOCK = threading.Lock()
 _FUTURES: dict[tuple[str, Path], Future] = {}
 _QUEUE: list[tuple[str, Path]] = []
-_WORKER: threading.Thread | None = None
+_WORKING = [False]  # a worker is taking jobs (set and cleared under _LOCK)
 
 
 _ENV: dict[str, str] = {}
@@ -78,6 +78,7 @@ def _work() -> None:
         while True:
             with _LOCK:
                 if not _QUEUE:
+                    _WORKING[0] = False  # decided under the lock: _ensure starts a new worker after this
                     return
                 job = _QUEUE.pop(0)
                 future = _FUTURES[job]
@@ -92,15 +93,14 @@ def _work() -> None:
 
 
 def _ensure(jobs: list[tuple[str, Path]]) -> None:
-    global _WORKER
     with _LOCK:
         for job in jobs:
             if job not in _FUTURES:
                 _FUTURES[job] = Future()
                 _QUEUE.append(job)
-        if _QUEUE and (_WORKER is None or not _WORKER.is_alive()):
-            _WORKER = threading.Thread(target=_work, name="notebook-runs", daemon=True)
-            _WORKER.start()
+        if _QUEUE and not _WORKING[0]:
+            _WORKING[0] = True
+            threading.Thread(target=_work, name="notebook-runs", daemon=True).start()
 
 
 def result(kind: str, path: Path) -> tuple[Any, float]:

@@ -270,6 +270,16 @@ class LatentCache:
 # ---------------------------------------------------------------------------------------------
 # MultiHeadLatentAttention
 # ---------------------------------------------------------------------------------------------
+_MLA_ABSORBED = '''
+            w = self.kv_b_proj.weight.view(H, dn + dv, Dc)
+            w_uk, w_uv = w[:, :dn], w[:, dn:]
+            q_lat = q_nope @ w_uk
+            scores = q_lat @ c_kv[:, None].transpose(-1, -2) + q_rope @ k_rope[:, None].transpose(-1, -2)
+            scores = (scores * scale).masked_fill(~mask, float("-inf"))
+            attn = torch.softmax(scores, dim=-1)
+            out = (attn @ c_kv[:, None]) @ w_uv.transpose(-1, -2)
+'''
+
 _MLA = '''
 class MultiHeadLatentAttention(nn.Module):
     def __init__(self, d_model, num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
@@ -316,30 +326,13 @@ class MultiHeadLatentAttention(nn.Module):
         mask = causal_mask(T, S, device=x.device)
         scale = 1.0 / math.sqrt(dn + dr)
         if absorb:
-            w = self.kv_b_proj.weight.view(H, dn + dv, Dc)
-            w_uk, w_uv = w[:, :dn], w[:, dn:]
-            q_lat = q_nope @ w_uk
-            scores = q_lat @ c_kv[:, None].transpose(-1, -2) + q_rope @ k_rope[:, None].transpose(-1, -2)
-            scores = (scores * scale).masked_fill(~mask, float("-inf"))
-            attn = torch.softmax(scores, dim=-1)
-            out = (attn @ c_kv[:, None]) @ w_uv.transpose(-1, -2)
-        else:
+''' + _MLA_ABSORBED.lstrip("\n") + '''        else:
             kv = self.kv_b_proj(c_kv).view(B, S, H, dn + dv).transpose(1, 2)
             k_nope, v = torch.split(kv, [dn, dv], dim=-1)
             k = torch.cat([k_nope, k_rope[:, None].expand(B, H, S, dr)], dim=-1)
             out, _ = scaled_dot_product_attention(torch.cat([q_nope, q_rope], dim=-1), k, v, mask)
         out = out.transpose(1, 2).reshape(B, T, H * dv)
         return self.o_proj(out)
-'''
-
-_MLA_ABSORBED = '''
-            w = self.kv_b_proj.weight.view(H, dn + dv, Dc)
-            w_uk, w_uv = w[:, :dn], w[:, dn:]
-            q_lat = q_nope @ w_uk
-            scores = q_lat @ c_kv[:, None].transpose(-1, -2) + q_rope @ k_rope[:, None].transpose(-1, -2)
-            scores = (scores * scale).masked_fill(~mask, float("-inf"))
-            attn = torch.softmax(scores, dim=-1)
-            out = (attn @ c_kv[:, None]) @ w_uv.transpose(-1, -2)
 '''
 
 MLA_WRONG = [

@@ -192,18 +192,24 @@ def _grader_params():
             for i, nb in enumerate(sorted(_affected()))]
 
 
+def _lost_only(rows: dict, exercises, cell: str) -> None:
+    """Each exercise's test cell ``test_<name>__<cell>`` failed, every other cell passed, and the
+    exercise kept at least two thirds of its points."""
+    for name in exercises:
+        r = rows[name]
+        parts = {p["test_cell"]: p["passed"] for p in r["parts"]}
+        assert parts.pop(f"test_{name}__{cell}") is False, f"{name}: the {cell} cell passed:\n{r['feedback']}"
+        assert all(parts.values()), f"{name}: lost more than the {cell} cell: {parts}\n{r['feedback']}"
+        assert r["score"] * 3 >= 2 * r["max_score"], f"{name}: {r['score']}/{r['max_score']}"
+
+
 @pytest.mark.parametrize("notebook", _grader_params())
 def test_correct_math_without_validation_keeps_two_thirds_through_the_grader(notebook, tmp_path):
     exercises = _affected()[notebook]
     report = grade_submission(_submission(notebook, exercises, tmp_path), notebooks=[notebook])
     (nb_report,) = report["notebooks"]
     rows = {r["exercise"]: r for r in nb_report["exercises"]}
-    for name in exercises:
-        r = rows[name]
-        parts = {p["test_cell"]: p["passed"] for p in r["parts"]}
-        assert parts.pop(f"test_{name}__{VALIDATION}") is False, f"{name}: the validation cell passed:\n{r['feedback']}"
-        assert all(parts.values()), f"{name}: lost more than the validation cell: {parts}\n{r['feedback']}"
-        assert r["score"] * 3 >= 2 * r["max_score"], f"{name}: {r['score']}/{r['max_score']}"
+    _lost_only(rows, exercises, VALIDATION)
     others = [r for n, r in rows.items() if n not in exercises]
     assert all(r["status"] == "passed" for r in others), [(r["exercise"], r["status"]) for r in others]
 
@@ -249,12 +255,7 @@ def test_correct_math_without_half_precision_handling_loses_the_half_cell_only(n
     nbformat.write(nb, folder / f"{notebook}.ipynb")
     (nb_report,) = grade_submission(folder, notebooks=[notebook])["notebooks"]
     rows = {r["exercise"]: r for r in nb_report["exercises"]}
-    for name in exercises:
-        r = rows[name]
-        parts = {p["test_cell"]: p["passed"] for p in r["parts"]}
-        assert parts.pop(f"test_{name}__{HALF}") is False, f"{name}: the half cell passed:\n{r['feedback']}"
-        assert all(parts.values()), f"{name}: lost more than the half cell: {parts}\n{r['feedback']}"
-        assert r["score"] * 3 >= 2 * r["max_score"], f"{name}: {r['score']}/{r['max_score']}"
+    _lost_only(rows, exercises, HALF)
     # an exercise that calls one of them (RMSNorm calls rms_norm) is graded with the course's version
     others = [r for n, r in rows.items() if n not in exercises and r["status"] != "passed"]
     assert not others, [(r["exercise"], r["status"]) for r in others]

@@ -130,10 +130,21 @@ def test_in_a_jupyter_kernel_a_pass_is_a_green_box_with_the_plain_line_as_fallba
     assert data["text/plain"] == "✓ double: the check passed"
     box = data["text/html"]
     assert "tfcourse-pass" in box and "✓ double: the check passed" in box and "<script" not in box
-    # words stay whole, in the box and in JupyterLab's failure box (whose own rule is break-all)
-    assert box.count("word-break: normal; overflow-wrap: break-word") == 2
-    assert "anywhere" not in box and "vnd.jupyter.stderr" in box
+    # words stay whole in the box; its style is inline, with no style sheet repeated per pass
+    assert box.count("word-break: normal; overflow-wrap: break-word") == 1 and "<style" not in box
     assert "&lt;b&gt;" in show.success_html("✓ <b>")  # the line is text, never markup
+
+
+def test_the_failure_wrapping_rule_is_shown_once_per_kernel(monkeypatch):
+    shown = []
+    monkeypatch.setattr(show, "in_jupyter_kernel", lambda: object())
+    monkeypatch.setattr(show, "_STYLE_SHOWN", False)
+    monkeypatch.setattr("IPython.display.display", lambda data, raw: shown.append(data))
+    show.show_style()
+    show.show_style()
+    (data,) = shown  # JupyterLab's failure box breaks words anywhere (break-all) without it
+    assert data["text/plain"] == "" and "vnd.jupyter.stderr" in data["text/html"]
+    assert "word-break: normal; overflow-wrap: break-word" in data["text/html"]
 
 
 def test_calls_round_trip_as_plain_data():

@@ -2,6 +2,7 @@
 
     python tests/benchmarks/scale.py                 # default: about 10 minutes on 2 cores
     python tests/benchmarks/scale.py --repeats 3 --class-size 32 --nbgrader
+    python tests/benchmarks/scale.py --tables t --repeats 1  # issue 30's targets: about 25 minutes
 
 Three tables, every command timed as a whole (wall clock), in one run, alternating:
 
@@ -16,6 +17,13 @@ Three tables, every command timed as a whole (wall clock), in one run, alternati
 3. The same class through a Dask cluster started here (``dask scheduler`` + 2 ``dask worker``
    processes with one thread each, on 127.0.0.1; started once, untimed) vs the local pool
    ``--jobs 2``.
+
+4. ``--tables t``: the speed targets of issue 30, one row each, side by side in one run: one full
+   submission quiet and with the machine loaded (two busy loops per core, started by the script),
+   each against ``nbgrader autograde`` of the same notebooks under the same load; a class of
+   ``--class-size`` full submissions with ``--jobs 2`` (the cost of each submission beyond the
+   first); the learner's first check cell in a fresh kernel after the setup cell; the memory of
+   one job slot (the largest resident set of any process of a one-submission command).
 
 Every timed run must give full marks to every submission, or the script stops. Each table gives
 medians, min–max and the ratios of medians; the machine's load average before each table (the
@@ -124,7 +132,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=2, help="timed runs of each command (default: 2)")
     p.add_argument("--class-size", type=int, default=32, help="submissions in tables 2 and 3 (default: 32)")
     p.add_argument("--tables", default="123",
-                   help="which tables to run: 1, 2, 3 (default: 123); n: only the nbgrader row of table 1")
+                   help="which tables to run: 1, 2, 3 (default: 123); n: only the nbgrader row of table 1; "
+                        "t: the speed targets (issue 30)")
     p.add_argument("--nbgrader", action="store_true",
                    help="add nbgrader autograde of the full submission to table 1 (several minutes)")
     return p
@@ -144,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         report = tmp / "report.json"
         fast = _env("bwrap")
         print(f"Machine: {gvn.machine()}")
+        if "t" in args.tables:
+            _targets(args, tmp, [*py, str(full), "--quiet", "--json", str(report)], notebooks, report)
+        if not set(args.tables) & set("123n"):
+            return 0
         print(f"\nload average before table 1: {load()}")
         _table_1(args, tmp, [*py, str(full), "--quiet", "--json", str(report)], notebooks, report)
         if "2" not in args.tables and "3" not in args.tables:
@@ -196,6 +209,105 @@ def _table_1(args: argparse.Namespace, tmp: Path, one: list[str], notebooks: lis
     if times:
         table(f"Table 1: one full submission ({len(notebooks)} notebooks), {args.repeats} timed runs after a "
               "warm-up", times, next(iter(times)))
+
+
+def _busy_loops(n: int) -> list[subprocess.Popen]:
+    """``n`` processes that spin forever (each a core's worth of other work)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+            for _ in range(n)]
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def _peak_rss_mib(cmd: list[str], env: dict[str, str]) -> float:
+    """The largest resident set (MiB) of any one process of ``cmd`` (the command itself, the zygote,
+    the sandboxed children), read from a wrapper's RUSAGE_CHILDREN after it waited for all of them."""
+    probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", probe, *cmd], cwd=ROOT, env=env, capture_output=True,
+                         text=True, check=True).stdout
+    return int(out.split()[-1]) / 1024
+
+
+def _first_check_seconds() -> tuple[float, float]:
+    """The learner's loop: notebooks/01_attention.ipynb with the reference code in its solution
+    cells, in a fresh kernel; (seconds of the setup cell, seconds of the first check cell after it).
+    Cells in between (the first exercise's answer, any demo) run untimed."""
+    from nbclient import NotebookClient
+
+    released = nbformat.read(ROOT / "notebooks" / "01_attention.ipynb", as_version=4)
+    nb = gvn.filled_in(released, nbformat.read(SOLUTIONS / "01_attention.ipynb", as_version=4))
+    client = NotebookClient(nb, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(ROOT / "notebooks")}})
+    setup = check = None
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            start = time.perf_counter()
+            client.execute_cell(cell, index)
+            seconds = time.perf_counter() - start
+            if setup is None and cell.metadata.get("nbgrader", {}).get("grade_id") == "setup":
+                setup = seconds
+            elif setup is not None and cell.source.lstrip().startswith("check_"):
+                errors = [o for o in cell.outputs if o.get("output_type") == "error"]
+                if errors:
+                    sys.exit(f"the first check cell failed: {errors[0].get('evalue')}")
+                check = seconds
+                break
+    if setup is None or check is None:
+        sys.exit("notebook 01 has no setup cell or no check cell after it")
+    return setup, check
+
+
+def _targets(args: argparse.Namespace, tmp: Path, one: list[str], notebooks: list[str], report: Path) -> None:
+    """Issue 30's rows, side by side in one run (medians of ``--repeats`` after a warm-up)."""
+    env = _env("bwrap")
+    (tmp / "targets").mkdir()
+    nbgrader = _nbgrader_command(tmp / "targets", notebooks)
+    busy = 2 * (os.cpu_count() or 1)
+    rows: list[tuple[str, str]] = []
+    for loaded in (False, True):
+        procs = _busy_loops(busy) if loaded else []
+        try:
+            time.sleep(5 if loaded else 0)
+            state = f"{busy} busy loops" if loaded else "no extra load"
+            print(f"\nload average before the {state} rows: {load()}", file=sys.stderr)
+            times = alternate({"grader": (one, env, report), "nbgrader": nbgrader}, args.repeats)
+        finally:
+            _stop(procs)
+        g, n = statistics.median(times["grader"]), statistics.median(times["nbgrader"])
+        rows.append((f"one full submission, {state} (load at the end {load()})",
+                     f"grader {g:.1f} s (min–max {min(times['grader']):.1f}–{max(times['grader']):.1f}); "
+                     f"nbgrader {n:.1f} s; ratio {n / g:.1f}×"))
+        if not loaded:
+            quiet_one, quiet_nbg = g, n
+    klass = tmp / "full-class"
+    for i in range(args.class_size):
+        shutil.copytree(tmp / "full", klass / f"s{i:03d}")
+    batch = [sys.executable, "-m", "grader", *sorted(str(s) for s in klass.iterdir()), "--jobs", "2",
+             "--quiet", "--json", str(report)]
+    seconds = timed(batch, env, report)
+    per = (seconds - quiet_one) / max(args.class_size - 1, 1)
+    rows.append((f"a class of {args.class_size} full submissions, --jobs 2 (load {load()})",
+                 f"{seconds:.1f} s in all, {per:.1f} s per submission beyond the first; "
+                 f"nbgrader one after another {quiet_nbg:.1f} s per submission, ratio {quiet_nbg / per:.0f}×"))
+    firsts = [_first_check_seconds() for _ in range(max(args.repeats, 1) + 1)][1:]
+    rows.append((f"the learner's first check in a fresh kernel, notebook 01 (load {load()})",
+                 f"first check cell {statistics.median(c for _, c in firsts):.1f} s after the setup cell "
+                 f"({statistics.median(s for s, _ in firsts):.1f} s)"))
+    rows.append(("memory of one job slot", f"largest process {_peak_rss_mib(one, env):.0f} MiB resident "
+                 "(one full submission; each slot of --jobs N runs one such command's processes)"))
+    print(f"\nTargets (issue 30), {args.repeats} timed runs after a warm-up\n\n| row | measured |\n|---|---|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
 
 
 def _nbgrader_command(tmp: Path, notebooks: list[str]):

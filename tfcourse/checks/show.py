@@ -50,8 +50,9 @@ def in_jupyter_kernel() -> Any:
 
 
 def success_html(line: str) -> str:
-    return (f"<style>{_FAILURE_RULE}</style>"
-            f"<pre class='tfcourse-pass' style=\"{_BOX_STYLE}\">{html.escape(line)}</pre>")
+    """The green box: its style inline, so it needs no style sheet (the failure boxes' wrapping rule
+    is shown once, by ``show_style``, not again with every pass)."""
+    return f"<pre class='tfcourse-pass' style=\"{_BOX_STYLE}\">{html.escape(line)}</pre>"
 
 
 def show_success(line: str) -> None:

@@ -65,6 +65,8 @@ def test_every_number_the_text_quotes_is_printed(source):
 # (tfcourse.timing.compared / trend), and the text refers to that line instead of asserting an
 # outcome a busy machine can invert.
 DERIVED = {
+    "01_attention": ["in this run, the last doubling of T cost x", "in this run, self-attention was the "],
+    "02_multi_head_attention": ["in this run, H = 8 was ", "and H = 64 was "],
     "04_normalisation": ["in this run: written the same way, RMSNorm was "],
     "06_kv_cache": ["in this run, from S = ", "(with the cache "],
     "07_gqa_mla": ["times as fast as MHA in this run (", " was ", "in this run the best start: "],
@@ -78,5 +80,6 @@ def test_timing_conclusions_are_derived_from_the_run(source):
     printed = printed_text(nb)
     missing = [line for line in DERIVED[name] if line not in printed]
     assert not missing, f"{name}: the derived sentences are not printed: {missing}"
-    words = re.findall(r"(faster than|slower than|about as fast as|stayed nearly flat|fell|rose|grew) ", printed)
+    words = re.findall(r"(faster than|slower than|about as fast as|stayed nearly flat|fell|rose|grew"
+                       r"|close to|below \(fixed|above \(the machine|the slower layer|the faster layer) ", printed)
     assert words, f"{name}: no measured comparison was printed"

@@ -180,12 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nload average at the end: {load()}")
         return 0
     finally:
-        for proc in procs:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+        _stop(procs)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -274,7 +269,14 @@ def _targets(args: argparse.Namespace, tmp: Path, one: list[str], notebooks: lis
     nbgrader = _nbgrader_command(tmp / "targets", notebooks)
     busy = 2 * (os.cpu_count() or 1)
     rows: list[tuple[str, str]] = []
-    for loaded in (False, True):
+
+    def row(name: str, value: str) -> None:
+        # Printed as soon as measured, so a row that is stopped (the loaded nbgrader runs can take
+        # many minutes on a shared machine) does not lose the rows before it.
+        rows.append((name, value))
+        print(f"row: | {name} | {value} |", file=sys.stderr, flush=True)
+
+    def one_submission(loaded: bool) -> tuple[float, float]:
         procs = _busy_loops(busy) if loaded else []
         try:
             time.sleep(5 if loaded else 0)
@@ -284,11 +286,12 @@ def _targets(args: argparse.Namespace, tmp: Path, one: list[str], notebooks: lis
         finally:
             _stop(procs)
         g, n = statistics.median(times["grader"]), statistics.median(times["nbgrader"])
-        rows.append((f"one full submission, {state} (load at the end {load()})",
-                     f"grader {g:.1f} s (min–max {min(times['grader']):.1f}–{max(times['grader']):.1f}); "
-                     f"nbgrader {n:.1f} s; ratio {n / g:.1f}×"))
-        if not loaded:
-            quiet_one, quiet_nbg = g, n
+        row(f"one full submission, {state} (load at the end {load()})",
+            f"grader {g:.1f} s (min–max {min(times['grader']):.1f}–{max(times['grader']):.1f}); "
+            f"nbgrader {n:.1f} s; ratio {n / g:.1f}×")
+        return g, n
+
+    quiet_one, quiet_nbg = one_submission(loaded=False)
     klass = tmp / "full-class"
     for i in range(args.class_size):
         shutil.copytree(tmp / "full", klass / f"s{i:03d}")
@@ -296,15 +299,17 @@ def _targets(args: argparse.Namespace, tmp: Path, one: list[str], notebooks: lis
              "--quiet", "--json", str(report)]
     seconds = timed(batch, env, report)
     per = (seconds - quiet_one) / max(args.class_size - 1, 1)
-    rows.append((f"a class of {args.class_size} full submissions, --jobs 2 (load {load()})",
-                 f"{seconds:.1f} s in all, {per:.1f} s per submission beyond the first; "
-                 f"nbgrader one after another {quiet_nbg:.1f} s per submission, ratio {quiet_nbg / per:.0f}×"))
+    row(f"a class of {args.class_size} full submissions, --jobs 2 (load {load()})",
+        f"{seconds:.1f} s in all, {per:.1f} s per submission beyond the first; "
+        f"nbgrader one after another {quiet_nbg:.1f} s per submission, ratio {quiet_nbg / per:.0f}×")
     firsts = [_first_check_seconds() for _ in range(max(args.repeats, 1) + 1)][1:]
-    rows.append((f"the learner's first check in a fresh kernel, notebook 01 (load {load()})",
-                 f"first check cell {statistics.median(c for _, c in firsts):.1f} s after the setup cell "
-                 f"({statistics.median(s for s, _ in firsts):.1f} s)"))
-    rows.append(("memory of one job slot", f"largest process {_peak_rss_mib(one, env):.0f} MiB resident "
-                 "(one full submission; each slot of --jobs N runs one such command's processes)"))
+    row(f"the learner's first check in a fresh kernel, notebook 01 (load {load()})",
+        f"first check cell {statistics.median(c for _, c in firsts):.1f} s after the setup cell "
+        f"({statistics.median(s for s, _ in firsts):.1f} s)")
+    row("memory of one job slot", f"largest process {_peak_rss_mib(one, env):.0f} MiB resident "
+        "(one full submission; each slot of --jobs N runs one such command's processes)")
+    # The loaded rows last: on a shared machine they are the slowest and the likeliest to be stopped.
+    one_submission(loaded=True)
     print(f"\nTargets (issue 30), {args.repeats} timed runs after a warm-up\n\n| row | measured |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")

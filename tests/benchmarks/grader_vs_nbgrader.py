@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
@@ -85,6 +86,29 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
     if proc.returncode != 0 or "| ERROR]" in proc.stderr:
         sys.exit(f"failed: {' '.join(cmd)}\n{(proc.stdout + proc.stderr)[-4000:]}")
     return elapsed, _children_cpu() - cpu
+
+
+def alternate(names: list[str], repeats: int,
+              measure: Callable[[str], tuple[float, float]]) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """``measure(name)`` -> (wall s, CPU s) for every name, ``repeats`` + 1 rounds in alternating
+    order (round 0 is the warm-up and is not kept); the kept (wall, CPU) times per name."""
+    times: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    for rep in range(repeats + 1):
+        for name in (names if rep % 2 else names[::-1]):
+            wall, cpu_seconds = measure(name)
+            if rep:
+                times[name].append(wall)
+                cpu[name].append(cpu_seconds)
+            print(f"{'warm-up' if rep == 0 else f'repeat {rep}'}: {name}: {wall:.1f} s wall, "
+                  f"{cpu_seconds:.1f} s CPU", file=sys.stderr)
+    return times, cpu
+
+
+def timing_cells(name: str, wall: list[float], cpu: list[float]) -> str:
+    """A table row's first cells: the command, its wall median and min–max, its CPU median."""
+    return (f"| `{name}` | {statistics.median(wall):.1f} | {min(wall):.1f}–{max(wall):.1f} | "
+            f"{statistics.median(cpu):.1f} |")
 
 
 def filled_in(released, source_nb):
@@ -174,20 +198,14 @@ def main(argv: list[str] | None = None) -> int:
                 [*nbgrader, "autograde", ASSIGNMENT, "--student", "student_nodemos", "--force"],
                 lambda: nbgrader_score(course, "student_nodemos")),
         }
-        times: dict[str, list[float]] = {name: [] for name in commands}
-        cpu: dict[str, list[float]] = {name: [] for name in commands}
-        order = list(commands)
-        for rep in range(args.repeats + 1):  # repeat 0 is the warm-up
-            for name in (order if rep % 2 else order[::-1]):
-                cmd, score = commands[name]
-                seconds, cpu_seconds = run(cmd, course, env)
-                if score() != MAX_SCORE:
-                    sys.exit(f"{name} gave {score()} instead of {MAX_SCORE}: not timing a wrong result")
-                if rep:
-                    times[name].append(seconds)
-                    cpu[name].append(cpu_seconds)
-                print(f"{'warm-up' if rep == 0 else f'repeat {rep}'}: {name}: {seconds:.1f} s wall, "
-                      f"{cpu_seconds:.1f} s CPU", file=sys.stderr)
+        def measure(name: str) -> tuple[float, float]:
+            cmd, score = commands[name]
+            seconds, cpu_seconds = run(cmd, course, env)
+            if score() != MAX_SCORE:
+                sys.exit(f"{name} gave {score()} instead of {MAX_SCORE}: not timing a wrong result")
+            return seconds, cpu_seconds
+
+        times, cpu = alternate(list(commands), args.repeats, measure)
 
         base, base_cpu = times["python -m grader"], cpu["python -m grader"]
         print(f"Machine: {machine()}\n")
@@ -199,11 +217,9 @@ def main(argv: list[str] | None = None) -> int:
               "| wall ratio, median per repeat | CPU ratio of medians |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         for name, ts in times.items():
-            med, cpu_med = statistics.median(ts), statistics.median(cpu[name])
             paired = statistics.median(t / b for t, b in zip(ts, base, strict=True))
-            print(f"| `{name}` | {med:.1f} | {min(ts):.1f}–{max(ts):.1f} | {cpu_med:.1f} | "
-                  f"{med / statistics.median(base):.2f} | {paired:.2f} | "
-                  f"{cpu_med / statistics.median(base_cpu):.2f} |")
+            print(f"{timing_cells(name, ts, cpu[name])} {statistics.median(ts) / statistics.median(base):.2f} | "
+                  f"{paired:.2f} | {statistics.median(cpu[name]) / statistics.median(base_cpu):.2f} |")
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

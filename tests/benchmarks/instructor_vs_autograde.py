@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from grader_vs_nbgrader import environment, machine, run  # noqa: E402
+from grader_vs_nbgrader import alternate, environment, machine, run, timing_cells  # noqa: E402
 
 NB1, NB2 = "01_attention", "02_multi_head_attention"
 EXPECTED = {  # (assignment, student) -> (ours, nbgrader's)
@@ -88,25 +88,20 @@ def main(argv: list[str] | None = None) -> int:
             "nbgrader autograde (01, then 02)": ([[*nbgrader, NB1, "--force"], [*nbgrader, NB2, "--force"]],
                                                  theirs, 1),
         }
-        times: dict[str, list[float]] = {n: [] for n in commands}
-        cpu: dict[str, list[float]] = {n: [] for n in commands}
+        def measure(name: str) -> tuple[float, float]:
+            cmds, course, which = commands[name]
+            wall = cpu_s = 0.0
+            for cmd in cmds:
+                w, c = run(cmd, course, env)
+                wall, cpu_s = wall + w, cpu_s + c
+            got = scores(course)
+            want = {k: v[which] for k, v in EXPECTED.items()}
+            if got != want:
+                sys.exit(f"{name} gave {got}, expected {want}: not timing a wrong result")
+            return wall, cpu_s
+
         order = list(commands)
-        for rep in range(args.repeats + 1):  # repeat 0 is the warm-up
-            for name in (order if rep % 2 else order[::-1]):
-                cmds, course, which = commands[name]
-                wall = cpu_s = 0.0
-                for cmd in cmds:
-                    w, c = run(cmd, course, env)
-                    wall, cpu_s = wall + w, cpu_s + c
-                got = scores(course)
-                want = {k: v[which] for k, v in EXPECTED.items()}
-                if got != want:
-                    sys.exit(f"{name} gave {got}, expected {want}: not timing a wrong result")
-                if rep:
-                    times[name].append(wall)
-                    cpu[name].append(cpu_s)
-                print(f"{'warm-up' if rep == 0 else f'repeat {rep}'}: {name}: {wall:.1f} s wall, "
-                      f"{cpu_s:.1f} s CPU", file=sys.stderr)
+        times, cpu = alternate(order, args.repeats, measure)
         base, base_cpu = statistics.median(times[order[0]]), statistics.median(cpu[order[0]])
         print(f"Machine: {machine()}\n")
         print(f"3 students x 2 notebooks (6 submissions), {args.repeats} timed runs of each after one warm-up, "
@@ -115,10 +110,9 @@ def main(argv: list[str] | None = None) -> int:
               "hostile's notebook 01 |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         for name, ts in times.items():
-            med, cmed = statistics.median(ts), statistics.median(cpu[name])
             hostile = EXPECTED[(NB1, "hostile")][commands[name][2]]
-            print(f"| `{name}` | {med:.1f} | {min(ts):.1f}–{max(ts):.1f} | {cmed:.1f} | {med / base:.2f} | "
-                  f"{cmed / base_cpu:.2f} | {hostile}/10 |")
+            print(f"{timing_cells(name, ts, cpu[name])} {statistics.median(ts) / base:.2f} | "
+                  f"{statistics.median(cpu[name]) / base_cpu:.2f} | {hostile}/10 |")
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
@@ -136,6 +137,10 @@ def _parser() -> argparse.ArgumentParser:
                         "t: the speed targets (issue 30)")
     p.add_argument("--nbgrader", action="store_true",
                    help="add nbgrader autograde of the full submission to table 1 (several minutes)")
+    p.add_argument("--rows", default="qcfml",
+                   help="with --tables t, which target rows (default: qcfml): q one submission on the quiet "
+                        "machine, c the class (needs q), f the learner's first check, m memory per job slot, "
+                        "l one submission with the machine loaded")
     return p
 
 
@@ -233,15 +238,16 @@ def _peak_rss_mib(cmd: list[str], env: dict[str, str]) -> float:
 
 def _first_check_seconds() -> tuple[float, float]:
     """The learner's loop: notebooks/01_attention.ipynb with the reference code in its solution
-    cells, in a fresh kernel; (seconds of the setup cell, seconds of the first check cell after it).
-    Cells in between (the first exercise's answer, any demo) run untimed."""
+    cells, in a fresh kernel; (seconds of the setup cells, the code cells under the title up to the
+    one that imports the notebook's checks; seconds of the first check cell after them). Cells in
+    between (the first exercise's answer, any demo) run untimed."""
     from nbclient import NotebookClient
 
     released = nbformat.read(ROOT / "notebooks" / "01_attention.ipynb", as_version=4)
     nb = gvn.filled_in(released, nbformat.read(SOLUTIONS / "01_attention.ipynb", as_version=4))
     client = NotebookClient(nb, timeout=600, kernel_name="python3",
                             resources={"metadata": {"path": str(ROOT / "notebooks")}})
-    setup = check = None
+    setup, set_up, check = 0.0, False, None
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
@@ -249,16 +255,17 @@ def _first_check_seconds() -> tuple[float, float]:
             start = time.perf_counter()
             client.execute_cell(cell, index)
             seconds = time.perf_counter() - start
-            if setup is None and cell.metadata.get("nbgrader", {}).get("grade_id") == "setup":
-                setup = seconds
-            elif setup is not None and cell.source.lstrip().startswith("check_"):
+            if not set_up:
+                setup += seconds
+                set_up = "from tfcourse.checks." in cell.source
+            elif cell.source.lstrip().startswith("check_"):
                 errors = [o for o in cell.outputs if o.get("output_type") == "error"]
                 if errors:
                     sys.exit(f"the first check cell failed: {errors[0].get('evalue')}")
                 check = seconds
                 break
-    if setup is None or check is None:
-        sys.exit("notebook 01 has no setup cell or no check cell after it")
+    if not set_up or check is None:
+        sys.exit("notebook 01 has no cell importing its checks, or no check cell after it")
     return setup, check
 
 
@@ -291,7 +298,32 @@ def _targets(args: argparse.Namespace, tmp: Path, one: list[str], notebooks: lis
             f"nbgrader {n:.1f} s; ratio {n / g:.1f}×")
         return g, n
 
-    quiet_one, quiet_nbg = one_submission(loaded=False)
+    if "c" in args.rows and "q" not in args.rows:
+        sys.exit("--rows c needs q: the class row's cost per submission is beyond the quiet one")
+    if "q" in args.rows:
+        quiet_one, quiet_nbg = one_submission(loaded=False)
+    if "c" in args.rows:
+        _class_row(args, tmp, env, report, quiet_one, quiet_nbg, row)
+    if "f" in args.rows:
+        firsts = [_first_check_seconds() for _ in range(max(args.repeats, 1) + 1)][1:]
+        row(f"the learner's first check in a fresh kernel, notebook 01 (load {load()})",
+            f"first check cell {statistics.median(c for _, c in firsts):.1f} s after the setup cells "
+            f"({statistics.median(s for s, _ in firsts):.1f} s)")
+    if "m" in args.rows:
+        row("memory of one job slot", f"largest process {_peak_rss_mib(one, env):.0f} MiB resident "
+            "(one full submission; each slot of --jobs N runs one such command's processes)")
+    # The loaded rows last: on a shared machine they are the slowest and the likeliest to be stopped.
+    if "l" in args.rows:
+        one_submission(loaded=True)
+    print(f"\nTargets (issue 30), {args.repeats} timed runs after a warm-up\n\n| row | measured |\n|---|---|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+
+
+def _class_row(args: argparse.Namespace, tmp: Path, env: dict[str, str], report: Path, quiet_one: float,
+               quiet_nbg: float, row: Callable[[str, str], None]) -> None:
+    """A class of ``--class-size`` copies of the full submission, ``--jobs 2``: the cost of each
+    submission beyond the first (the quiet single submission's time), against nbgrader's."""
     klass = tmp / "full-class"
     for i in range(args.class_size):
         shutil.copytree(tmp / "full", klass / f"s{i:03d}")
@@ -302,17 +334,6 @@ def _targets(args: argparse.Namespace, tmp: Path, one: list[str], notebooks: lis
     row(f"a class of {args.class_size} full submissions, --jobs 2 (load {load()})",
         f"{seconds:.1f} s in all, {per:.1f} s per submission beyond the first; "
         f"nbgrader one after another {quiet_nbg:.1f} s per submission, ratio {quiet_nbg / per:.0f}×")
-    firsts = [_first_check_seconds() for _ in range(max(args.repeats, 1) + 1)][1:]
-    row(f"the learner's first check in a fresh kernel, notebook 01 (load {load()})",
-        f"first check cell {statistics.median(c for _, c in firsts):.1f} s after the setup cell "
-        f"({statistics.median(s for s, _ in firsts):.1f} s)")
-    row("memory of one job slot", f"largest process {_peak_rss_mib(one, env):.0f} MiB resident "
-        "(one full submission; each slot of --jobs N runs one such command's processes)")
-    # The loaded rows last: on a shared machine they are the slowest and the likeliest to be stopped.
-    one_submission(loaded=True)
-    print(f"\nTargets (issue 30), {args.repeats} timed runs after a warm-up\n\n| row | measured |\n|---|---|")
-    for name, value in rows:
-        print(f"| {name} | {value} |")
 
 
 def _nbgrader_command(tmp: Path, notebooks: list[str]):

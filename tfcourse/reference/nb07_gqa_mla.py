@@ -158,7 +158,7 @@ class MultiHeadLatentAttention(nn.Module):
     [k_nope (dn), from the latent | k_rope (dr), ONE head shared by all H heads]; RoPE at absolute
     positions P .. P + T - 1 acts on q_rope and k_rope only; cache: a LatentCache that receives
     (c_kv, rotated k_rope) and nothing else; scores scaled by 1/sqrt(dn + dr), as Hugging Face's
-    with rope_scaling=None (the released YaRN checkpoints multiply it by mscale**2); bottom-right
+    without YaRN, default rope_parameters (the released YaRN checkpoints multiply it by mscale**2); bottom-right
     causal mask. absorb=True folds kv_b_proj's key part into the query and its value part into the
     output (the scores are computed against the latent; kv_b_proj's forward is not called):
     equal outputs, no per-head K or V is built.

@@ -28,16 +28,23 @@ NOTEBOOK = "06_kv_cache"
 # ---------------------------------------------------------------------------------------------
 # KVCache
 # ---------------------------------------------------------------------------------------------
-_KV = '''
-class KVCache:
+def cache_opening(name: str, first: str, second: str, seq_dim: int) -> str:
+    """The opening of a cache class that keeps two tensors: both None until the first update, and
+    ``seq_len`` the first one's length along ``seq_dim``. This notebook's KVCache (k, v; dim 2) and
+    notebook 07's LatentCache (c_kv, k_rope; dim 1) start alike."""
+    return f'''
+class {name}:
     def __init__(self):
-        self.k = None
-        self.v = None
+        self.{first} = None
+        self.{second} = None
 
     @property
     def seq_len(self):
-        return 0 if self.k is None else self.k.size(2)
+        return 0 if self.{first} is None else self.{first}.size({seq_dim})
+'''
 
+
+_KV = cache_opening("KVCache", "k", "v", 2) + '''
     def _check(self, k, v):
         if k.shape != v.shape:
             raise ValueError("k and v must have the same shape")

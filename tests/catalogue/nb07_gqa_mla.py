@@ -20,6 +20,7 @@ from __future__ import annotations
 from tests.catalogue import entry as _e
 from tests.catalogue import variant as _variant
 from tests.catalogue import without_blocks as _without
+from tests.catalogue.nb06_kv_cache import cache_opening as _cache_opening
 
 NOTEBOOK = "07_gqa_mla"
 
@@ -168,16 +169,7 @@ GQA_CORRECT = [
 # ---------------------------------------------------------------------------------------------
 # LatentCache
 # ---------------------------------------------------------------------------------------------
-_LC = '''
-class LatentCache:
-    def __init__(self):
-        self.c_kv = None
-        self.k_rope = None
-
-    @property
-    def seq_len(self):
-        return 0 if self.c_kv is None else self.c_kv.size(1)
-
+_LC = _cache_opening("LatentCache", "c_kv", "k_rope", 1) + '''
     def update(self, c_kv, k_rope):
         if c_kv.shape[:2] != k_rope.shape[:2]:
             raise ValueError("c_kv and k_rope must have the same B and T")

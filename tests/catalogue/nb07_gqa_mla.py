@@ -467,15 +467,8 @@ if sys.argv and sys.argv[0].endswith("child.py"):  # only in the grader's child,
             k = torch.cat([k_nope, k_rope[:, None].expand(B, H, S, dr)], dim=-1)
             out, _ = scaled_dot_product_attention(torch.cat([q_nope, q_rope], dim=-1), k, v, mask)
 ''')), "never multiply the latent by its weight"),
-    _e("absorbed: K and V per head through the weight (F.linear), then the naive attention", _variant(_MLA, ('''
-            w = self.kv_b_proj.weight.view(H, dn + dv, Dc)
-            w_uk, w_uv = w[:, :dn], w[:, dn:]
-            q_lat = q_nope @ w_uk
-            scores = q_lat @ c_kv[:, None].transpose(-1, -2) + q_rope @ k_rope[:, None].transpose(-1, -2)
-            scores = (scores * scale).masked_fill(~mask, float("-inf"))
-            attn = torch.softmax(scores, dim=-1)
-            out = (attn @ c_kv[:, None]) @ w_uv.transpose(-1, -2)
-''', '''
+    _e("absorbed: K and V per head through the weight (F.linear), then the naive attention", _variant(_MLA, (
+        _MLA_ABSORBED, '''
             kv = F.linear(c_kv, self.kv_b_proj.weight).view(B, S, H, dn + dv).transpose(1, 2)
             k_nope, v = torch.split(kv, [dn, dv], dim=-1)
             k = torch.cat([k_nope, k_rope[:, None].expand(B, H, S, dr)], dim=-1)

@@ -29,6 +29,7 @@ from grader.build import NOTEBOOKS, SOLUTIONS
 from grader.cases import cases_for
 from grader.course import load_course
 from grader.grading import grade_submission
+from tests.catalogue.nb02_multi_head_attention import MHA_WRONG
 from tfcourse.checks.case import CheckFailed
 from tfcourse.notebook import CORE_PART, demo_names, setup_source
 
@@ -177,28 +178,9 @@ DEMO_NAME = sorted(demo_names(nbformat.read(NOTEBOOKS / "01_attention.ipynb", as
 SDPA_ON_DEMO_NAME = SDPA_WITH_HELPER.replace("_scores(q, k)", f"_scores(q, k) + 0 * bool({DEMO_NAME})").replace(
     "def scaled_dot_product_attention", HELPER_CELL + "\n\ndef scaled_dot_product_attention")
 
-MHA_NO_CROSS = '''
-class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model, num_heads, bias=False):
-        super().__init__()
-        self.num_heads, self.head_dim = num_heads, d_model // num_heads
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.o_proj = nn.Linear(d_model, d_model, bias=bias)
-
-    def forward(self, x, context=None, mask=None):
-        source = x if context is None else context
-        b, t, d = x.shape
-        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(source).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # bug: T, not S
-        v = self.v_proj(source).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        w = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-        return self.o_proj((w @ v).transpose(1, 2).reshape(b, t, d))
-'''
+# The catalogue's MultiHeadAttention whose keys and values are viewed with the query length T:
+# right for self-attention, wrong for cross-attention (S != T).
+MHA_NO_CROSS = next(e.source for e in MHA_WRONG if e.name == "keys and values reshaped with the query length T")
 MHA_WITH_BUFFER_SUFFIX = '''
 
 class _WithBuffer(MultiHeadAttention):

@@ -19,11 +19,14 @@ altogether, is written out. Where several entries share a second hand (other nam
 idiom), that hand is kept once too (``_NAME_...``, itself a variant of the base where it can be),
 and a block of base lines that several entries replace may be named (``_..._LINES``). An entry
 that is the base without some of its statements (its input validation, most often) is written
-``without_blocks(_NAME, "if ...:")``.
+``without_blocks(_NAME, "if ...:")``. Where a base's piece (a constructor, most often) is the
+course's reference code as a learner would write it, it is taken from there and patched:
+``variant(reference_source("nb06_kv_cache", "CausalSelfAttention.__init__"), ...)``.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 from pathlib import Path
@@ -31,9 +34,10 @@ from textwrap import dedent
 from types import ModuleType
 from typing import NamedTuple
 
-__all__ = ["Entry", "entry", "load_catalogues", "variant", "without_blocks"]
+__all__ = ["Entry", "entry", "load_catalogues", "reference_source", "variant", "without_blocks"]
 
 HERE = Path(__file__).resolve().parent
+REFERENCE = HERE.parents[1] / "tfcourse" / "reference"
 
 
 class Entry(NamedTuple):
@@ -93,6 +97,21 @@ def without_blocks(base: str, *heads: str) -> str:
             end -= 1
         del lines[start:end]
     return "\n".join(lines)
+
+
+def reference_source(module: str, name: str) -> str:
+    """The source of ``name`` in the course's reference solutions ``tfcourse/reference/<module>.py``
+    (built from ``solutions/``), dedented: a function, a class, or a method written
+    ``Class.method``, with its decorators and docstring. The file is parsed, not imported.
+    """
+    text = (REFERENCE / f"{module}.py").read_text(encoding="utf-8")
+    node: ast.AST = ast.parse(text)
+    for part in name.split("."):
+        found = [n for n in node.body if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name == part]
+        assert len(found) == 1, f"{module} has {len(found)} definitions of {part!r}"
+        node = found[0]
+    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    return dedent("".join(text.splitlines(keepends=True)[first - 1:node.end_lineno]))
 
 
 def _span(source: str, old: str) -> str:

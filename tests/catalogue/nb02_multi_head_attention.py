@@ -17,7 +17,10 @@ in-process instead).
 
 from __future__ import annotations
 
+from textwrap import indent as _indent
+
 from tests.catalogue import entry as _e
+from tests.catalogue import reference_source as _reference
 from tests.catalogue import variant as _variant
 from tests.catalogue import without_blocks as _without
 
@@ -188,18 +191,12 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 # MultiHeadAttention
 # ---------------------------------------------------------------------------------------------
+# The constructor is the reference's without its input check.
+_MHA_INIT = _without(_reference("nb02_multi_head_attention", "MultiHeadAttention.__init__"),
+                     "if d_model % num_heads != 0:")
 _MHA = '''
 class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model: int, num_heads: int, bias: bool = False):
-        super().__init__()
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.head_dim = d_model // num_heads
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.o_proj = nn.Linear(d_model, d_model, bias=bias)
-
+''' + _indent(_MHA_INIT, "    ") + '''
     def forward(self, x, context=None, mask=None):
         c = x if context is None else context
         B, T, D = x.shape

@@ -18,7 +18,10 @@ the course's versions stand in.
 
 from __future__ import annotations
 
+from textwrap import indent as _indent
+
 from tests.catalogue import entry as _e
+from tests.catalogue import reference_source as _reference
 from tests.catalogue import variant as _variant
 from tests.catalogue import without_blocks as _without
 
@@ -28,16 +31,23 @@ NOTEBOOK = "06_kv_cache"
 # ---------------------------------------------------------------------------------------------
 # KVCache
 # ---------------------------------------------------------------------------------------------
-_KV = '''
-class KVCache:
+def cache_opening(name: str, first: str, second: str, seq_dim: int) -> str:
+    """The opening of a cache class that keeps two tensors: both None until the first update, and
+    ``seq_len`` the first one's length along ``seq_dim``. This notebook's KVCache (k, v; dim 2) and
+    notebook 07's LatentCache (c_kv, k_rope; dim 1) start alike."""
+    return f'''
+class {name}:
     def __init__(self):
-        self.k = None
-        self.v = None
+        self.{first} = None
+        self.{second} = None
 
     @property
     def seq_len(self):
-        return 0 if self.k is None else self.k.size(2)
+        return 0 if self.{first} is None else self.{first}.size({seq_dim})
+'''
 
+
+_KV = cache_opening("KVCache", "k", "v", 2) + '''
     def _check(self, k, v):
         if k.shape != v.shape:
             raise ValueError("k and v must have the same shape")
@@ -186,20 +196,16 @@ class KVCache:
 # ---------------------------------------------------------------------------------------------
 # CausalSelfAttention
 # ---------------------------------------------------------------------------------------------
+# The constructor is the reference's, with a learner's signature and message.
+_ATTN_INIT = _variant(_reference("nb06_kv_cache", "CausalSelfAttention.__init__"),
+                      ("(self, d_model: int, num_heads: int, rope_theta: float = 10000.0)",
+                       "(self, d_model, num_heads, rope_theta=10000.0)"),
+                      ("if d_model % num_heads != 0:", "if d_model % num_heads:"),
+                      ('ValueError(f"d_model = {d_model} is not divisible by num_heads = {num_heads}")',
+                       'ValueError("d_model must be divisible by num_heads")'))
 _ATTN = '''
 class CausalSelfAttention(nn.Module):
-    def __init__(self, d_model, num_heads, rope_theta=10000.0):
-        super().__init__()
-        if d_model % num_heads:
-            raise ValueError("d_model must be divisible by num_heads")
-        self.num_heads = num_heads
-        self.head_dim = d_model // num_heads
-        self.rope_theta = rope_theta
-        self.q_proj = nn.Linear(d_model, d_model, bias=False)
-        self.k_proj = nn.Linear(d_model, d_model, bias=False)
-        self.v_proj = nn.Linear(d_model, d_model, bias=False)
-        self.o_proj = nn.Linear(d_model, d_model, bias=False)
-
+''' + _indent(_ATTN_INIT, "    ") + '''
     def _split(self, t, B, T):
         return t.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
 

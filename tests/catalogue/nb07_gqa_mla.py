@@ -17,9 +17,13 @@ Through the real grader every wrong entry must lose its own exercise's points on
 
 from __future__ import annotations
 
+from textwrap import indent as _indent
+
 from tests.catalogue import entry as _e
+from tests.catalogue import reference_source as _reference
 from tests.catalogue import variant as _variant
 from tests.catalogue import without_blocks as _without
+from tests.catalogue.nb06_kv_cache import cache_opening as _cache_opening
 
 NOTEBOOK = "07_gqa_mla"
 
@@ -70,26 +74,21 @@ REPEAT_CORRECT = [
 # ---------------------------------------------------------------------------------------------
 # GroupedQueryAttention
 # ---------------------------------------------------------------------------------------------
+# The constructor is the reference's, with a learner's signature and ValueError messages.
+_GQA_INIT = _variant(
+    _reference("nb07_gqa_mla", "GroupedQueryAttention.__init__"),
+    ('''
+def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int | None = None,
+             rope_theta: float = 10000.0):
+''', "def __init__(self, d_model, num_heads, num_kv_heads, head_dim=None, rope_theta=10000.0):"),
+    ("if num_kv_heads < 1 or num_heads % num_kv_heads != 0:", "if num_heads % num_kv_heads != 0:"),
+    ('f"num_heads = {num_heads} must be a multiple of num_kv_heads = {num_kv_heads}"',
+     '"num_heads must be a multiple of num_kv_heads"'),
+    ('f"d_model = {d_model} is not divisible by num_heads = {num_heads}"', '"d_model must be divisible by num_heads"'),
+    ("  # R: query heads per KV head", ""))
 _GQA = '''
 class GroupedQueryAttention(nn.Module):
-    def __init__(self, d_model, num_heads, num_kv_heads, head_dim=None, rope_theta=10000.0):
-        super().__init__()
-        if num_heads % num_kv_heads != 0:
-            raise ValueError("num_heads must be a multiple of num_kv_heads")
-        if head_dim is None:
-            if d_model % num_heads != 0:
-                raise ValueError("d_model must be divisible by num_heads")
-            head_dim = d_model // num_heads
-        self.num_heads = num_heads
-        self.num_kv_heads = num_kv_heads
-        self.head_dim = head_dim
-        self.n_rep = num_heads // num_kv_heads
-        self.rope_theta = rope_theta
-        self.q_proj = nn.Linear(d_model, num_heads * head_dim, bias=False)
-        self.k_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=False)
-        self.v_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=False)
-        self.o_proj = nn.Linear(num_heads * head_dim, d_model, bias=False)
-
+''' + _indent(_GQA_INIT, "    ") + '''
     def forward(self, x, cache=None):
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
@@ -168,16 +167,7 @@ GQA_CORRECT = [
 # ---------------------------------------------------------------------------------------------
 # LatentCache
 # ---------------------------------------------------------------------------------------------
-_LC = '''
-class LatentCache:
-    def __init__(self):
-        self.c_kv = None
-        self.k_rope = None
-
-    @property
-    def seq_len(self):
-        return 0 if self.c_kv is None else self.c_kv.size(1)
-
+_LC = _cache_opening("LatentCache", "c_kv", "k_rope", 1) + '''
     def update(self, c_kv, k_rope):
         if c_kv.shape[:2] != k_rope.shape[:2]:
             raise ValueError("c_kv and k_rope must have the same B and T")
@@ -280,30 +270,23 @@ _MLA_ABSORBED = '''
             out = (attn @ c_kv[:, None]) @ w_uv.transpose(-1, -2)
 '''
 
+# The constructor is the reference's, with a learner's signature and a local qk_head_dim.
+_MLA_INIT = _variant(
+    _reference("nb07_gqa_mla", "MultiHeadLatentAttention.__init__"),
+    ('''
+def __init__(self, d_model: int, num_heads: int, kv_lora_rank: int, qk_nope_head_dim: int,
+             qk_rope_head_dim: int, v_head_dim: int, q_lora_rank: int | None = None,
+             rope_theta: float = 10000.0):
+''', '''
+def __init__(self, d_model, num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
+             q_lora_rank=None, rope_theta=10000.0):
+'''),
+    ("    self.qk_head_dim = qk_nope_head_dim + qk_rope_head_dim", None),
+    ("q_out = num_heads * self.qk_head_dim", "qk_head_dim = qk_nope_head_dim + qk_rope_head_dim"),
+    (", q_out,", ", num_heads * qk_head_dim,"))
 _MLA = '''
 class MultiHeadLatentAttention(nn.Module):
-    def __init__(self, d_model, num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
-                 q_lora_rank=None, rope_theta=10000.0):
-        super().__init__()
-        self.num_heads = num_heads
-        self.kv_lora_rank = kv_lora_rank
-        self.q_lora_rank = q_lora_rank
-        self.qk_nope_head_dim = qk_nope_head_dim
-        self.qk_rope_head_dim = qk_rope_head_dim
-        self.v_head_dim = v_head_dim
-        self.rope_theta = rope_theta
-        qk_head_dim = qk_nope_head_dim + qk_rope_head_dim
-        if q_lora_rank is None:
-            self.q_proj = nn.Linear(d_model, num_heads * qk_head_dim, bias=False)
-        else:
-            self.q_a_proj = nn.Linear(d_model, q_lora_rank, bias=False)
-            self.q_a_layernorm = RMSNorm(q_lora_rank, eps=1e-6)
-            self.q_b_proj = nn.Linear(q_lora_rank, num_heads * qk_head_dim, bias=False)
-        self.kv_a_proj_with_mqa = nn.Linear(d_model, kv_lora_rank + qk_rope_head_dim, bias=False)
-        self.kv_a_layernorm = RMSNorm(kv_lora_rank, eps=1e-6)
-        self.kv_b_proj = nn.Linear(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim), bias=False)
-        self.o_proj = nn.Linear(num_heads * v_head_dim, d_model, bias=False)
-
+''' + _indent(_MLA_INIT, "    ") + '''
     def forward(self, x, cache=None, absorb=False):
         B, T, _ = x.shape
         H, Dc = self.num_heads, self.kv_lora_rank
@@ -475,15 +458,8 @@ if sys.argv and sys.argv[0].endswith("child.py"):  # only in the grader's child,
             k = torch.cat([k_nope, k_rope[:, None].expand(B, H, S, dr)], dim=-1)
             out, _ = scaled_dot_product_attention(torch.cat([q_nope, q_rope], dim=-1), k, v, mask)
 ''')), "never multiply the latent by its weight"),
-    _e("absorbed: K and V per head through the weight (F.linear), then the naive attention", _variant(_MLA, ('''
-            w = self.kv_b_proj.weight.view(H, dn + dv, Dc)
-            w_uk, w_uv = w[:, :dn], w[:, dn:]
-            q_lat = q_nope @ w_uk
-            scores = q_lat @ c_kv[:, None].transpose(-1, -2) + q_rope @ k_rope[:, None].transpose(-1, -2)
-            scores = (scores * scale).masked_fill(~mask, float("-inf"))
-            attn = torch.softmax(scores, dim=-1)
-            out = (attn @ c_kv[:, None]) @ w_uv.transpose(-1, -2)
-''', '''
+    _e("absorbed: K and V per head through the weight (F.linear), then the naive attention", _variant(_MLA, (
+        _MLA_ABSORBED, '''
             kv = F.linear(c_kv, self.kv_b_proj.weight).view(B, S, H, dn + dv).transpose(1, 2)
             k_nope, v = torch.split(kv, [dn, dv], dim=-1)
             k = torch.cat([k_nope, k_rope[:, None].expand(B, H, S, dr)], dim=-1)

@@ -130,7 +130,12 @@ def load_decoder_weights(model, gguf_path):
 # ---------------------------------------------------------------------------------------------
 # load_encoder_weights
 # ---------------------------------------------------------------------------------------------
-_ENCODER = '''
+# The decoder's loop with BERT's names: a weight and a bias for every part, no permutation.
+_ENCODER = _variant(_DECODER, ("""
+def load_decoder_weights(model, gguf_path):
+...
+             "ffn_gate": "ffn.gate_proj", "ffn_up": "ffn.up_proj", "ffn_down": "ffn.down_proj"}
+""", '''
 def load_encoder_weights(model, safetensors_path):
     tensors = load_file(str(safetensors_path))
     tensors = {k[len("bert."):] if k.startswith("bert.") else k: v for k, v in tensors.items()}
@@ -142,20 +147,18 @@ def load_encoder_weights(model, safetensors_path):
              "attention.self.value": "attn.v_proj", "attention.output.dense": "attn.o_proj",
              "attention.output.LayerNorm": "attn_norm", "intermediate.dense": "ffn.up_proj",
              "output.dense": "ffn.down_proj", "output.LayerNorm": "ffn_norm"}
-    for i in range(len(model.blocks)):
-        for src, dst in parts.items():
+'''), ('            names[f"blocks.{i}.{dst}.weight"] = f"blk.{i}.{src}.weight"', '''
             for kind in ("weight", "bias"):
                 names[f"blocks.{i}.{dst}.{kind}"] = f"encoder.layer.{i}.{src}.{kind}"
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, src in names.items():
-            if src not in tensors:
-                raise ValueError(f"{src} is missing from the file")
+'''), ("""
+            w = tensors[src]
+...
+            params[name].copy_(w)
+""", '''
             if tensors[src].shape != params[name].shape:
                 raise ValueError(f"{src}: shape {tuple(tensors[src].shape)} vs {tuple(params[name].shape)}")
             params[name].copy_(tensors[src])
-    return model
-'''
+'''))
 
 # The same loader written for load_state_dict: the keys renamed, every tensor checked first.
 _ENCODER_RENAMED = '''

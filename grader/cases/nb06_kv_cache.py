@@ -24,6 +24,7 @@ from tfcourse.checks.case import Case, Judge, fmt_dtype
 from tfcourse.checks.nb06_kv_cache import MISTAKES, NOTEBOOK
 from tfcourse.checks.nb06_kv_cache.cases import (
     ATTN_TOL,
+    KV_CACHE,
     attention_state,
     block_state,
     chunked_steps,
@@ -72,13 +73,10 @@ def _kv_cache(seed: int) -> list[Case]:
         dh *= 2
         dtype = torch.float64 if i != 1 else torch.float32
         chunks = [int(v) for v in torch.randint(1, 6, (int(torch.randint(2, 5, (1,), generator=g)),), generator=g)]
-        steps = [Step("seq_len", attribute=True)]
-        for t in chunks:
-            k, v = _randn(g, b, gh, t, dh, dtype=dtype), _randn(g, b, gh, t, dh, dtype=dtype)
-            steps += [Step("update", (k, v)), Step("seq_len", attribute=True)]
-        steps += [Step("k", attribute=True), Step("v", attribute=True)]
+        call = KV_CACHE.call([(_randn(g, b, gh, t, dh, dtype=dtype), _randn(g, b, gh, t, dh, dtype=dtype))
+                              for t in chunks])
         out.append(_hidden("KVCache", f"(B, G, Dh) = ({b}, {gh}, {dh}), chunks {chunks}, {fmt_dtype(dtype)}",
-                           [Call("KVCache", (), steps=tuple(steps))], s))
+                           [call], s))
     s = seed * 1000 + 150
     g = make_generator(s)
     first = Step("update", (_randn(g, 2, 2, 3, 4), _randn(g, 2, 2, 3, 4)))

@@ -27,7 +27,7 @@ from tfcourse.checks.nb07_gqa_mla.cases import (
     gqa_state,
     with_errors,
 )
-from tfcourse.checks.nb07_gqa_mla.mla import absorb_forbidden, mla_state
+from tfcourse.checks.nb07_gqa_mla.mla import LATENT_CACHE, absorb_forbidden, mla_state
 from tfcourse.device import make_generator
 
 from . import HiddenCases, tensors_judge
@@ -105,13 +105,9 @@ def _latent_cache(seed: int) -> list[Case]:
         g = make_generator(s)
         b, dc, dr = _int(g, 1, 4), _int(g, 2, 12), 2 * _int(g, 1, 4)
         chunks = [_int(g, 1, 6) for _ in range(_int(g, 2, 5))]
-        steps = [Step("seq_len", attribute=True)]
-        for t in chunks:
-            steps += [Step("update", (_randn(g, b, t, dc, dtype=dtype), _randn(g, b, t, dr, dtype=dtype))),
-                      Step("seq_len", attribute=True)]
-        steps += [Step("c_kv", attribute=True), Step("k_rope", attribute=True)]
+        call = LATENT_CACHE.call([(_randn(g, b, t, dc, dtype=dtype), _randn(g, b, t, dr, dtype=dtype)) for t in chunks])
         out.append(_hidden("LatentCache", f"(B, Dc, dr) = ({b}, {dc}, {dr}), chunks {chunks}, {fmt_dtype(dtype)}",
-                           [Call("LatentCache", (), steps=tuple(steps))], s))
+                           [call], s))
     s = seed * 1000 + 350
     g = make_generator(s)
     first = Step("update", (_randn(g, 2, 3, 6), _randn(g, 2, 3, 2)))

@@ -79,12 +79,11 @@ def _kv_cache(seed: int) -> list[Case]:
                            [call], s))
     s = seed * 1000 + 150
     g = make_generator(s)
-    first = Step("update", (_randn(g, 2, 2, 3, 4), _randn(g, 2, 2, 3, 4)))
+    first = (_randn(g, 2, 2, 3, 4), _randn(g, 2, 2, 3, 4))
     bad = [(_randn(g, 2, 2, 1, 4), _randn(g, 2, 2, 2, 4)), (_randn(g, 2, 2, 1, 4, dtype=torch.float32),) * 2,
            (_randn(g, 3, 2, 1, 4), _randn(g, 3, 2, 1, 4))]
-    calls = [Call("KVCache", (), steps=(first, Step("update", args))) for args in bad]
-    out.append(_hidden("KVCache", "chunks that do not fit the cache (k/v shapes, dtype, B) raise ValueError", calls, s,
-                       part="validation"))
+    out.append(_hidden("KVCache", "chunks that do not fit the cache (k/v shapes, dtype, B) raise ValueError",
+                       [KV_CACHE.updates(first, args) for args in bad], s, part="validation"))
     return out
 
 

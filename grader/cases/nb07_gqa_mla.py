@@ -110,13 +110,12 @@ def _latent_cache(seed: int) -> list[Case]:
                            [call], s))
     s = seed * 1000 + 350
     g = make_generator(s)
-    first = Step("update", (_randn(g, 2, 3, 6), _randn(g, 2, 3, 2)))
+    first = (_randn(g, 2, 3, 6), _randn(g, 2, 3, 2))
     bad = [(_randn(g, 2, 1, 6), _randn(g, 2, 2, 2)), (_randn(g, 3, 1, 6), _randn(g, 3, 1, 2)),
            (_randn(g, 2, 1, 6, dtype=torch.float32), _randn(g, 2, 1, 2, dtype=torch.float32)),
            (_randn(g, 2, 1, 7), _randn(g, 2, 1, 2))]
-    calls = [Call("LatentCache", (), steps=(first, Step("update", args))) for args in bad]
-    out.append(_hidden("LatentCache", "chunks that do not fit (T differs, B, dtype, width) raise ValueError", calls, s,
-                       part="validation"))
+    out.append(_hidden("LatentCache", "chunks that do not fit (T differs, B, dtype, width) raise ValueError",
+                       [LATENT_CACHE.updates(first, args) for args in bad], s, part="validation"))
     return out
 
 

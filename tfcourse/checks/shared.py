@@ -113,6 +113,11 @@ class TwoTensorCache:
             steps += [Step("update", chunk), Step("seq_len", attribute=True)]
         return Call(self.exercise, (), steps=tuple(steps + [Step(name, attribute=True) for name in self.names]))
 
+    def updates(self, *chunks: tuple) -> Call:
+        """A new cache given ``update(*chunk)`` for each chunk in turn, nothing read: a case that
+        expects the last chunk to raise."""
+        return Call(self.exercise, (), steps=tuple(Step("update", chunk) for chunk in chunks))
+
     def judge(self, firsts: Sequence[torch.Tensor], seconds: Sequence[torch.Tensor], dtype: torch.dtype,
               read: Callable[[Judge, int, int, str], list[torch.Tensor]]) -> Callable[[Judge], None]:
         """The judge of ``call(zip(firsts, seconds), read_empty=True)``: both None

@@ -118,9 +118,8 @@ def _kv_errors(seed: int) -> Case:
         "a chunk with B = 1 after B = 2": ((randn(seed + 6, 1, 3, 1, 5), randn(seed + 7, 1, 3, 1, 5)), True),
         "a chunk with G = 2 after G = 3": ((randn(seed + 8, 2, 2, 1, 5), randn(seed + 9, 2, 2, 1, 5)), True),
     }
-    first = Step("update", (k, randn(seed + 10, 2, 3, 4, 5)))
-    calls = [Call("KVCache", (), steps=((first, Step("update", args)) if after else (Step("update", args),)))
-             for args, after in bad.values()]
+    first = (k, randn(seed + 10, 2, 3, 4, 5))
+    calls = [KV_CACHE.updates(first, args) if after else KV_CACHE.updates(args) for args, after in bad.values()]
 
     def judge(j: Judge) -> None:
         expect_value_errors(j, list(bad), HINTS["cache_validate"])

@@ -133,9 +133,7 @@ def _latent_errors(seed: int) -> Case:
         "a float32 chunk after float64": ((randn(seed + 10, 2, 1, 6, dtype=torch.float32),
                                            randn(seed + 11, 2, 1, 4, dtype=torch.float32)), True),
     }
-    first = Step("update", (c, k))
-    calls = [Call("LatentCache", (), steps=((first, Step("update", args)) if after else (Step("update", args),)))
-             for args, after in bad.values()]
+    calls = [LATENT_CACHE.updates((c, k), args) if after else LATENT_CACHE.updates(args) for args, after in bad.values()]
     return errors_case("LatentCache", "update raises ValueError when c_kv and k_rope differ in B or T, or when B, a "
                        "width or the dtype differ from the cache", calls, list(bad), HINTS["lc_validate"],
                        part="validation")

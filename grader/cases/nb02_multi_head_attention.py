@@ -36,7 +36,7 @@ from tfcourse.checks.nb02_multi_head_attention.cases import (
 from tfcourse.checks.nb02_multi_head_attention.packed import packed_call, random_packed_state
 from tfcourse.device import make_generator
 
-from . import HiddenCases
+from . import HiddenCases, seeded
 from .half import half_case
 
 __all__ = ["HIDDEN", "cases", "hidden_cases"]
@@ -143,9 +143,8 @@ def _module_draws(seed: int, offset: int, configs: list[tuple], dtype: torch.dty
                   ) -> Iterator[tuple[int, int, _ModuleConfig, tuple]]:
     """For each module config i: (i, its seed ``seed * 1000 + offset + i``, the config, (x, context,
     mask) drawn from that seed). ``dtype``: draw x and context in it rather than the config's."""
-    for i, config in enumerate(configs):
-        s, c = seed * 1000 + offset + i, _ModuleConfig(*config)
-        g = make_generator(s)
+    for i, s, g, config in seeded(seed, offset, configs):
+        c = _ModuleConfig(*config)
         x = torch.randn(c.b, c.t, c.d, generator=g, dtype=dtype or c.dtype)
         context = None if c.s_len is None else torch.randn(c.b, c.s_len, c.d, generator=g, dtype=dtype or c.dtype)
         yield i, s, c, (x, context, _mask(c.kind, c.b, c.t, c.t if c.s_len is None else c.s_len, g))
@@ -224,9 +223,7 @@ _PACKED_CONFIGS = [
 @HIDDEN.exercise("PackedMultiHeadAttention")
 def _packed(seed: int) -> list[Case]:
     out = []
-    for i, (b, t, d, h, bias, layout, kind, dtype) in enumerate(_PACKED_CONFIGS):
-        s = seed * 1000 + 900 + i
-        g = make_generator(s)
+    for i, s, g, (b, t, d, h, bias, layout, kind, dtype) in seeded(seed, 900, _PACKED_CONFIGS):
         x = torch.randn(b, t, d, generator=g, dtype=dtype)
         mask = _mask(kind, b, t, t, g)
         state = random_packed_state(s, d, h, bias, layout, dtype)

@@ -74,17 +74,22 @@ def seeded(seed: int, offset: int, configs: Iterable[T]) -> Iterator[tuple[int, 
 def hidden_case(exercise: str, title: str, calls: Sequence[Call], seed: int, *,
                 mistakes: Sequence[Mistake] = (), n: int = 1, names: Sequence[str] | None = None,
                 part: str = "core", atol: float | None = None, rtol: float | None = None,
-                wrap: Callable[[Callable[[Judge], None]], Callable[[Judge], None]] | None = None) -> Case:
+                wrap: Callable[[Callable[[Judge], None]], Callable[[Judge], None]] | None = None,
+                every_tensor: bool = False) -> Case:
     """A hidden case judged against the reference solution run on the same calls.
 
     Every call's first ``n`` returned tensors (named ``names``) must match the reference's in
     shape, dtype and value (the dtype's tolerance, or ``atol``/``rtol`` when given: a contract
     that leaves the internal precision to the learner is judged at the precision the learner may
-    legitimately use, docs/conventions.md). ``wrap`` adds an exercise's own error hints.
+    legitimately use, docs/conventions.md). ``every_tensor``: every tensor each call returns, as
+    many as the reference's (:func:`tensors_judge`: calls with steps). ``wrap`` adds an
+    exercise's own error hints.
     """
     def judge(j: Judge) -> None:
         j.match_reference(n=n, names=names, atol=atol, rtol=rtol)
 
+    if every_tensor:
+        judge = tensors_judge(atol, rtol)
     return Case(exercise, title, list(calls), wrap(judge) if wrap else judge, seed=seed, reference=True,
                 mistakes=mistakes, hidden=True, part=part)
 

@@ -40,7 +40,7 @@ from tfcourse.checks.nb06_kv_cache.sampling import (
 )
 from tfcourse.device import make_generator
 
-from . import HiddenCases, seeded, tensors_judge
+from . import HiddenCases, hidden_case, seeded
 
 __all__ = ["HIDDEN", "cases", "hidden_cases"]
 
@@ -58,8 +58,8 @@ def _pick(g: torch.Generator, options: Sequence) -> object:
 def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, part: str = "core",
             dtype: torch.dtype | None = None) -> Case:
     atol, rtol = ATTN_TOL[dtype] if dtype is not None else (None, None)
-    return Case(exercise, f"hidden case: {title}", calls, error_hints(tensors_judge(atol, rtol)), seed=seed,
-                reference=True, mistakes=MISTAKES[exercise], hidden=True, part=part)
+    return hidden_case(exercise, f"hidden case: {title}", calls, seed, mistakes=MISTAKES[exercise], part=part,
+                       atol=atol, rtol=rtol, wrap=error_hints, every_tensor=True)
 
 
 # ---------------------------------------------------------------------------------------------

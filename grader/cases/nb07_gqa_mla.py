@@ -30,7 +30,7 @@ from tfcourse.checks.nb07_gqa_mla.cases import (
 from tfcourse.checks.nb07_gqa_mla.mla import LATENT_CACHE, absorb_forbidden, mla_state
 from tfcourse.device import make_generator
 
-from . import HiddenCases, seeded, tensors_judge
+from . import HiddenCases, hidden_case, seeded
 
 __all__ = ["HIDDEN", "cases", "hidden_cases"]
 
@@ -48,8 +48,8 @@ def _int(g: torch.Generator, low: int, high: int) -> int:
 def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, part: str = "core",
             dtype: torch.dtype | None = None) -> Case:
     atol, rtol = ATTN_TOL[dtype] if dtype is not None else (0.0, 0.0)
-    return Case(exercise, f"hidden case: {title}", calls, with_errors(tensors_judge(atol, rtol)), seed=seed,
-                reference=True, mistakes=MISTAKES[exercise], hidden=True, part=part)
+    return hidden_case(exercise, f"hidden case: {title}", calls, seed, mistakes=MISTAKES[exercise], part=part,
+                       atol=atol, rtol=rtol, wrap=with_errors, every_tensor=True)
 
 
 # ---------------------------------------------------------------------------------------------

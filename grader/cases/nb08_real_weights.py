@@ -20,6 +20,7 @@ tokens; mean_pool and rollout the dtype's tolerance; block indices exactly.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
@@ -34,7 +35,7 @@ from tfcourse.checks.nb08_real_weights.cases import (
 )
 from tfcourse.device import make_generator
 
-from . import HiddenCases, seeded, tensors_judge
+from . import HiddenCases, hidden_case, seeded
 
 __all__ = ["HIDDEN", "cases", "hidden_cases"]
 
@@ -51,17 +52,16 @@ def _int(g: torch.Generator, low: int, high: int) -> int:
 
 def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, part: str = "core",
             atol: float | None = None, rtol: float | None = None, raised_hint: bool = False) -> Case:
-    judge = tensors_judge(atol, rtol)
-    if raised_hint:
-        inner = judge
-
-        def judge(j: Judge) -> None:
+    def file_hints(judge: Callable[[Judge], None]) -> Callable[[Judge], None]:
+        def wrapped(j: Judge) -> None:
             if j.expected and j.expected[0].ok:
                 well_formed_file_raised(j, "bert." if "bert." in repr(j.case.calls[0].args) else "")
-            inner(j)
+            judge(j)
 
-    return Case(exercise, f"hidden case: {title}", calls, judge, seed=seed, reference=True,
-                mistakes=MISTAKES[exercise], hidden=True, part=part)
+        return wrapped
+
+    return hidden_case(exercise, f"hidden case: {title}", calls, seed, mistakes=MISTAKES[exercise], part=part,
+                       atol=atol, rtol=rtol, wrap=file_hints if raised_hint else None, every_tensor=True)
 
 
 @HIDDEN.exercise("load_decoder_weights")

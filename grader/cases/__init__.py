@@ -3,22 +3,25 @@
 Each ``grader.cases.nbNN_topic`` module makes a :class:`HiddenCases` from its notebook's
 ``NotebookChecks`` and registers one builder per exercise (``@HIDDEN.exercise("softmax")``);
 its ``cases(exercise, seed)`` returns every case the grader runs for one exercise, the visible
-ones first. Hidden cases are generated from the grader's seed and judged against the reference
-solution, which the grading process computes itself; the learner's child process never sees
-this package.
+ones first. Hidden cases are generated from the grader's seed (each case from its own seed,
+:func:`seeded`) and judged against the reference solution, which the grading process computes
+itself; the learner's child process never sees this package.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import torch
 
 from tfcourse.checks.call import Call, run_call
 from tfcourse.checks.case import Case, CheckFailed, Judge, fmt_dtype, judge_case
 from tfcourse.checks.hints import Mistake
 from tfcourse.checks.protocol import NotebookChecks
 from tfcourse.checks.run import not_attempted, with_stand_ins
+from tfcourse.device import make_generator
 
 from ..names import DEFAULT_SEED, module_name
 
@@ -56,20 +59,37 @@ class HiddenCases:
         return self.checks.cases(exercise) + self.hidden_cases(exercise, seed)
 
 
+T = TypeVar("T")
+
+
+def seeded(seed: int, offset: int, configs: Iterable[T]) -> Iterator[tuple[int, int, torch.Generator, T]]:
+    """A builder's hidden cases, one per config: (i, the case's own seed ``seed * 1000 + offset + i``,
+    a generator made from it, config i). Every case draws its inputs from its own seed, which it
+    reports, so a failing case can be rebuilt alone; ``offset`` keeps a notebook's builders apart."""
+    for i, config in enumerate(configs):
+        s = seed * 1000 + offset + i
+        yield i, s, make_generator(s), config
+
+
 def hidden_case(exercise: str, title: str, calls: Sequence[Call], seed: int, *,
                 mistakes: Sequence[Mistake] = (), n: int = 1, names: Sequence[str] | None = None,
                 part: str = "core", atol: float | None = None, rtol: float | None = None,
-                wrap: Callable[[Callable[[Judge], None]], Callable[[Judge], None]] | None = None) -> Case:
+                wrap: Callable[[Callable[[Judge], None]], Callable[[Judge], None]] | None = None,
+                every_tensor: bool = False) -> Case:
     """A hidden case judged against the reference solution run on the same calls.
 
     Every call's first ``n`` returned tensors (named ``names``) must match the reference's in
     shape, dtype and value (the dtype's tolerance, or ``atol``/``rtol`` when given: a contract
     that leaves the internal precision to the learner is judged at the precision the learner may
-    legitimately use, docs/conventions.md). ``wrap`` adds an exercise's own error hints.
+    legitimately use, docs/conventions.md). ``every_tensor``: every tensor each call returns, as
+    many as the reference's (:func:`tensors_judge`: calls with steps). ``wrap`` adds an
+    exercise's own error hints.
     """
     def judge(j: Judge) -> None:
         j.match_reference(n=n, names=names, atol=atol, rtol=rtol)
 
+    if every_tensor:
+        judge = tensors_judge(atol, rtol)
     return Case(exercise, title, list(calls), wrap(judge) if wrap else judge, seed=seed, reference=True,
                 mistakes=mistakes, hidden=True, part=part)
 

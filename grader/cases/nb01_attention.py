@@ -15,7 +15,7 @@ from tfcourse.checks.case import Case, Judge
 from tfcourse.checks.nb01_attention import MISTAKES, NOTEBOOK
 from tfcourse.device import make_generator
 
-from . import HiddenCases
+from . import HiddenCases, seeded
 from .half import HALF_DTYPES, half_case
 
 __all__ = ["HIDDEN", "cases", "hidden_cases"]
@@ -35,13 +35,12 @@ def _hidden(exercise: str, title: str, call: Call, seed: int, *, n: int = 1, nam
 @HIDDEN.exercise("softmax")
 def _softmax(seed: int) -> list[Case]:
     out = []
-    for i, (shape, dtype, dim, scale) in enumerate([
+    for i, s, g, (shape, dtype, dim, scale) in seeded(seed, 100, [
         ((4, 7), torch.float64, -1, 5.0),
         ((2, 3, 4, 6), torch.float32, 2, 1.0),
         ((3, 5), torch.float64, 0, 400.0),  # logits in the hundreds
     ]):
-        s = seed * 1000 + 100 + i
-        x = torch.randn(*shape, generator=make_generator(s), dtype=dtype) * scale
+        x = torch.randn(*shape, generator=g, dtype=dtype) * scale
         if i == 2:
             x[:, 1] = float("-inf")  # one all -inf slice along dim 0
         out.append(_hidden("softmax", f"hidden case {i + 1}: matches the reference", Call("softmax", (x,), {"dim": dim}), s))
@@ -57,9 +56,8 @@ def _softmax_more(seed: int) -> list[Case]:
                        Call("softmax", (torch.randn(9, generator=g, dtype=torch.float64) * 3,)), s))
     out.append(_hidden("softmax", "hidden case: dim=-2", Call("softmax", (torch.randn(
         2, 5, 3, generator=g, dtype=torch.float64) * 3,), {"dim": -2}), s))
-    for i, dtype in enumerate(HALF_DTYPES):
-        s = seed * 1000 + 120 + i
-        x = torch.randn(3, 4, 9, generator=make_generator(s)) * 4  # float32, then cast
+    for _, s, g, dtype in seeded(seed, 120, HALF_DTYPES):
+        x = torch.randn(3, 4, 9, generator=g) * 4  # float32, then cast
         x[1, 2] = float("-inf")  # an all -inf slice
         x[2, :, :4] = float("-inf")  # masked entries
         out.append(half_case(NOTEBOOK.name, "softmax", "hidden case: half precision, with -inf entries",
@@ -71,9 +69,9 @@ def _softmax_more(seed: int) -> list[Case]:
 def _jacobian(seed: int) -> list[Case]:
     out = []
     # n = 5 repeats the size of a visible case with other values: an answer cached by size fails
-    for i, (n, dtype) in enumerate([(6, torch.float64), (11, torch.float32), (1, torch.float64), (5, torch.float64)]):
-        s = seed * 1000 + 200 + i
-        p = torch.softmax(torch.randn(n, generator=make_generator(s), dtype=dtype) * 2, -1)
+    for i, s, g, (n, dtype) in seeded(seed, 200, [(6, torch.float64), (11, torch.float32), (1, torch.float64),
+                                                  (5, torch.float64)]):
+        p = torch.softmax(torch.randn(n, generator=g, dtype=dtype) * 2, -1)
         out.append(_hidden("softmax_jacobian", f"hidden case {i + 1}: matches the reference",
                            Call("softmax_jacobian", (p,)), s))
     return out
@@ -89,9 +87,7 @@ def _sdpa(seed: int) -> list[Case]:
         ((1, 2), 6, 6, 8, 8, torch.float64, "causal+empty"),
         ((2, 2), 3, 5, 64, 64, torch.float32, "padding"),
     ]
-    for i, (batch, t, s_len, dh, dv, dtype, kind) in enumerate(shapes):
-        s = seed * 1000 + 300 + i
-        g = make_generator(s)
+    for i, s, g, (batch, t, s_len, dh, dv, dtype, kind) in seeded(seed, 300, shapes):
         q = torch.randn(*batch, t, dh, generator=g, dtype=dtype) * 2
         k = torch.randn(*batch, s_len, dh, generator=g, dtype=dtype) * 2
         v = torch.randn(*batch, s_len, dv, generator=g, dtype=dtype)
@@ -128,9 +124,7 @@ def _sdpa_half(seed: int) -> list[Case]:
         ((2, 3), 4, 9, 16, 8, torch.bfloat16, None),
         ((2, 2), 3, 8, 64, 64, torch.bfloat16, "padding"),
     ]
-    for i, (batch, t, s_len, dh, dv, dtype, kind) in enumerate(configs):
-        s = seed * 1000 + 320 + i
-        g = make_generator(s)
+    for _, s, g, (batch, t, s_len, dh, dv, dtype, kind) in seeded(seed, 320, configs):
         q = torch.randn(*batch, t, dh, generator=g)  # float32, then cast
         k = torch.randn(*batch, s_len, dh, generator=g)
         v = torch.randn(*batch, s_len, dv, generator=g)
@@ -153,10 +147,9 @@ def _causal(seed: int) -> list[Case]:
 @HIDDEN.exercise("padding_mask")
 def _padding(seed: int) -> list[Case]:
     out = []
-    for i, b in enumerate([4, 1]):
-        s = seed * 1000 + 500 + i
+    for i, s, g, b in seeded(seed, 500, [4, 1]):
         t_k = 6
-        lengths = torch.randint(0, t_k + 1, (b,), generator=make_generator(s))
+        lengths = torch.randint(0, t_k + 1, (b,), generator=g)
         out.append(_hidden("padding_mask", f"hidden case {i + 1}: matches the reference",
                            Call("padding_mask", (lengths, t_k)), s))
     return out
@@ -174,9 +167,7 @@ def _memory_efficient(seed: int) -> list[Case]:
         ((2,), 4, 8, 8, 8, torch.float32, None, 1, 30.0),  # scores in the hundreds
         ((2,), 3, 5, 4, 6, torch.float64, "padding", 16, 1.0),  # one chunk larger than S
     ]
-    for i, (batch, t, s_len, dh, dv, dtype, kind, chunk, scale) in enumerate(shapes):
-        s = seed * 1000 + 600 + i
-        g = make_generator(s)
+    for i, s, g, (batch, t, s_len, dh, dv, dtype, kind, chunk, scale) in seeded(seed, 600, shapes):
         q = torch.randn(*batch, t, dh, generator=g, dtype=dtype) * scale
         k = torch.randn(*batch, s_len, dh, generator=g, dtype=dtype)
         v = torch.randn(*batch, s_len, dv, generator=g, dtype=dtype)

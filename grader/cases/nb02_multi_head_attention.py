@@ -15,6 +15,9 @@ weights, so a bug in that module is not charged to the conversion a second time
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import NamedTuple
+
 import torch
 
 from tfcourse.checks.call import Call
@@ -33,7 +36,7 @@ from tfcourse.checks.nb02_multi_head_attention.cases import (
 from tfcourse.checks.nb02_multi_head_attention.packed import packed_call, random_packed_state
 from tfcourse.device import make_generator
 
-from . import HiddenCases
+from . import HiddenCases, seeded
 from .half import half_case
 
 __all__ = ["HIDDEN", "cases", "hidden_cases"]
@@ -121,27 +124,40 @@ _MODULE_CONFIGS = [
 ]
 
 
-def _module_inputs(seed: int, config):
-    b, t, s_len, d, h, bias, kind, dtype = config
-    g = make_generator(seed)
-    x = torch.randn(b, t, d, generator=g, dtype=dtype)
-    context = None if s_len is None else torch.randn(b, s_len, d, generator=g, dtype=dtype)
-    mask = _mask(kind, b, t, t if s_len is None else s_len, g)
-    return x, context, mask
+class _ModuleConfig(NamedTuple):
+    b: int
+    t: int
+    s_len: int | None  # None: self-attention
+    d: int
+    h: int
+    bias: bool
+    kind: str | None  # the mask (_mask)
+    dtype: torch.dtype
+
+    @property
+    def attending(self) -> str:
+        return "self" if self.s_len is None else f"cross, S = {self.s_len}"
+
+
+def _module_draws(seed: int, offset: int, configs: list[tuple], dtype: torch.dtype | None = None
+                  ) -> Iterator[tuple[int, int, _ModuleConfig, tuple]]:
+    """For each module config i: (i, its seed ``seed * 1000 + offset + i``, the config, (x, context,
+    mask) drawn from that seed). ``dtype``: draw x and context in it rather than the config's."""
+    for i, s, g, config in seeded(seed, offset, configs):
+        c = _ModuleConfig(*config)
+        x = torch.randn(c.b, c.t, c.d, generator=g, dtype=dtype or c.dtype)
+        context = None if c.s_len is None else torch.randn(c.b, c.s_len, c.d, generator=g, dtype=dtype or c.dtype)
+        yield i, s, c, (x, context, _mask(c.kind, c.b, c.t, c.t if c.s_len is None else c.s_len, g))
 
 
 @HIDDEN.exercise("MultiHeadAttention")
 def _mha(seed: int) -> list[Case]:
     out = []
-    for i, config in enumerate(_MODULE_CONFIGS):
-        s = seed * 1000 + 700 + i
-        b, t, s_len, d, h, bias, kind, dtype = config
-        x, context, mask = _module_inputs(s, config)
-        state = random_mha_state(s, d, bias, dtype)
-        what = "self" if s_len is None else f"cross, S = {s_len}"
-        out.append(_hidden("MultiHeadAttention", f"hidden case {i + 1} (D = {d}, H = {h}, {what}, mask: {kind}): "
-                           "matches the reference", [mha_call(d, h, bias, state, x, context, mask)], s,
-                           known=MHA_ERRORS))
+    for i, s, c, (x, context, mask) in _module_draws(seed, 700, _MODULE_CONFIGS):
+        state = random_mha_state(s, c.d, c.bias, c.dtype)
+        out.append(_hidden("MultiHeadAttention", f"hidden case {i + 1} (D = {c.d}, H = {c.h}, {c.attending}, mask: "
+                           f"{c.kind}): matches the reference", [mha_call(c.d, c.h, c.bias, state, x, context, mask)],
+                           s, known=MHA_ERRORS))
     return out + _mha_half(seed)
 
 
@@ -156,15 +172,12 @@ _HALF_CONFIGS = [
 
 def _mha_half(seed: int) -> list[Case]:
     out = []
-    for i, config in enumerate(_HALF_CONFIGS):
-        s = seed * 1000 + 750 + i
-        b, t, s_len, d, h, bias, kind, dtype = config
-        x, context, mask = _module_inputs(s, (*config[:-1], torch.float32))
-        state = {k: v.to(dtype) for k, v in random_mha_state(s, d, bias, torch.float32).items()}
-        call = mha_call(d, h, bias, state, x.to(dtype), None if context is None else context.to(dtype), mask)
-        what = "self" if s_len is None else f"cross, S = {s_len}"
+    for _, s, c, (x, context, mask) in _module_draws(seed, 750, _HALF_CONFIGS, torch.float32):
+        state = {k: v.to(c.dtype) for k, v in random_mha_state(s, c.d, c.bias, torch.float32).items()}
+        call = mha_call(c.d, c.h, c.bias, state, x.to(c.dtype), None if context is None else context.to(c.dtype), mask)
         out.append(half_case("02_multi_head_attention", "MultiHeadAttention",
-                             f"hidden case: half precision (D = {d}, H = {h}, {what}, mask: {kind})", call, dtype, s,
+                             f"hidden case: half precision (D = {c.d}, H = {c.h}, {c.attending}, mask: {c.kind})",
+                             call, c.dtype, s,
                              mistakes=MISTAKES["MultiHeadAttention"],
                              wrap=lambda judge: with_error_hints(judge, MHA_ERRORS)))
     return out
@@ -186,14 +199,10 @@ _FROM_TORCH_CONFIGS = [
 @HIDDEN.exercise("mha_from_torch")
 def _from_torch(seed: int) -> list[Case]:
     out = []
-    for i, config in enumerate(_FROM_TORCH_CONFIGS):
-        s = seed * 1000 + 800 + i
-        b, t, s_len, d, h, bias, kind, dtype = config
-        x, context, mask = _module_inputs(s, config)
-        torch_state = random_torch_mha_state(s, d, bias, dtype)
-
-        out.append(Case("mha_from_torch", f"hidden case {i + 1} (D = {d}, H = {h}): matches the reference",
-                        from_torch_calls(h, torch_state, x, context, mask),
+    for i, s, c, (x, context, mask) in _module_draws(seed, 800, _FROM_TORCH_CONFIGS):
+        torch_state = random_torch_mha_state(s, c.d, c.bias, c.dtype)
+        out.append(Case("mha_from_torch", f"hidden case {i + 1} (D = {c.d}, H = {c.h}): matches the reference",
+                        from_torch_calls(c.h, torch_state, x, context, mask),
                         from_torch_judge(lambda j: (j.expected_tensor(0), "reference")),
                         seed=s, reference=True, mistakes=MISTAKES["mha_from_torch"], hidden=True))
     return out
@@ -214,9 +223,7 @@ _PACKED_CONFIGS = [
 @HIDDEN.exercise("PackedMultiHeadAttention")
 def _packed(seed: int) -> list[Case]:
     out = []
-    for i, (b, t, d, h, bias, layout, kind, dtype) in enumerate(_PACKED_CONFIGS):
-        s = seed * 1000 + 900 + i
-        g = make_generator(s)
+    for i, s, g, (b, t, d, h, bias, layout, kind, dtype) in seeded(seed, 900, _PACKED_CONFIGS):
         x = torch.randn(b, t, d, generator=g, dtype=dtype)
         mask = _mask(kind, b, t, t, g)
         state = random_packed_state(s, d, h, bias, layout, dtype)

@@ -32,7 +32,7 @@ from tfcourse.checks.nb03_positional_encodings.cases import (
 )
 from tfcourse.device import make_generator
 
-from . import HiddenCases, hidden_case
+from . import HiddenCases, hidden_case, seeded
 from .half import HALF_DTYPES, half_case
 
 __all__ = ["HIDDEN", "cases", "hidden_cases"]
@@ -104,10 +104,9 @@ def _rotate_half(seed: int) -> list[Case]:
     out = []
     # float32 and float64 only: rotate_half moves and negates numbers, so float16 and bfloat16 need
     # no handling of their own (no half test cell; docs/grading.md), and these dtypes check it keeps x's
-    for i, (shape, dtype) in enumerate([((1, 12, 7, 64), F32), ((3, 2), F64), ((2, 2, 3, 4), F64),
-                                        ((2, 5, 6), F32)]):
-        s = seed * 1000 + 300 + i
-        x = torch.randn(*shape, generator=make_generator(s)).to(dtype)
+    for _, s, g, (shape, dtype) in seeded(seed, 300, [((1, 12, 7, 64), F32), ((3, 2), F64), ((2, 2, 3, 4), F64),
+                                                      ((2, 5, 6), F32)]):
+        x = torch.randn(*shape, generator=g).to(dtype)
         out.append(_hidden(name, f"x {shape} {str(dtype).removeprefix('torch.')}", [Call(name, (x,))], s,
                            atol=0.0, rtol=0.0))
     return out
@@ -124,18 +123,14 @@ def _apply_rope(seed: int) -> list[Case]:
         ((4, 2, 6, 16), F64, None, 10000.0, "batched"),
         ((2, 3, 5, 8), F32, None, 10000.0, "batched"),
     ]
-    for i, (shape, dtype, positions, base, part) in enumerate(configs):
-        s = seed * 1000 + 400 + i
-        g = make_generator(s)
+    for _, s, g, (shape, dtype, positions, base, part) in seeded(seed, 400, configs):
         x = torch.randn(*shape, generator=g, dtype=dtype)
         if positions is None:
             positions = torch.randint(0, 3000, (shape[0], shape[2]), generator=g)
         cos, sin = rope_tables32(positions, shape[-1], base)
         out.append(_hidden(name, f"x {shape} {str(dtype).removeprefix('torch.')}, tables {tuple(cos.shape)}",
                            [Call(name, (x, cos, sin))], s, part=part))
-    for i, dtype in enumerate(HALF_DTYPES):
-        s = seed * 1000 + 420 + i
-        g = make_generator(s)
+    for _, s, g, dtype in seeded(seed, 420, HALF_DTYPES):
         x = torch.randn(2, 3, 6, 16, generator=g)
         positions = torch.randint(0, 300, (2, 6), generator=g)
         cos, sin = rope_tables32(positions, 16)
@@ -154,9 +149,7 @@ def _interleaved(seed: int) -> list[Case]:
         ((1, 1, 3, 2), F64, torch.tensor([0, 1, 2]), None),
         ((2, 3, 5, 16), F32, torch.tensor([9, 2, 2, 0, 1]), 100.0),
     ]
-    for i, (shape, dtype, positions, base) in enumerate(configs):
-        s = seed * 1000 + 500 + i
-        g = make_generator(s)
+    for _, s, g, (shape, dtype, positions, base) in seeded(seed, 500, configs):
         x = torch.randn(*shape, generator=g, dtype=dtype)
         if positions is None:
             positions = torch.randint(0, 4000, (shape[0], shape[2]), generator=g)
@@ -166,9 +159,7 @@ def _interleaved(seed: int) -> list[Case]:
                                 f"{tuple(positions.shape)} up to {int(positions.max())}",
                                 Call(name, (x, positions), kwargs), s, [want],
                                 rotation_atol(x, max_angle(positions))))
-    for i, dtype in enumerate(HALF_DTYPES):
-        s = seed * 1000 + 520 + i
-        g = make_generator(s)
+    for _, s, g, dtype in seeded(seed, 520, HALF_DTYPES):
         x = torch.randn(2, 3, 6, 16, generator=g)
         positions = torch.randint(0, 300, (2, 6), generator=g)
         out.append(half_case(NOTEBOOK.name, name, "hidden case: half precision x, (B, T) positions",
@@ -182,10 +173,9 @@ def _permute(seed: int) -> list[Case]:
     out = []
     # a permutation of rows: float32 and float64 check it keeps the dtype; half precision needs no
     # handling of its own, so no half case (and no half test cell; docs/grading.md)
-    for i, (heads, dh, d, dtype) in enumerate([(4, 16, 64, F32), (1, 2, 3, F64), (2, 32, 128, F64),
-                                               (8, 8, 32, F32)]):
-        s = seed * 1000 + 600 + i
-        w = torch.randn(heads * dh, d, generator=make_generator(s)).to(dtype)
+    for _, s, g, (heads, dh, d, dtype) in seeded(seed, 600, [(4, 16, 64, F32), (1, 2, 3, F64), (2, 32, 128, F64),
+                                                             (8, 8, 32, F32)]):
+        w = torch.randn(heads * dh, d, generator=g).to(dtype)
         out.append(_hidden(name, f"H = {heads}, Dh = {dh}, D = {d}, {str(dtype).removeprefix('torch.')}",
                            [Call(name, (w, heads))], s, atol=0.0, rtol=0.0))
     out.append(_hidden(name, "12 rows, num_heads = 5 raises ValueError",

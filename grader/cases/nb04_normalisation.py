@@ -32,7 +32,7 @@ from tfcourse.checks.nb04_normalisation.cases import (
 )
 from tfcourse.device import make_generator
 
-from . import HiddenCases, hidden_case
+from . import HiddenCases, hidden_case, seeded
 from .half import half_case
 
 __all__ = ["HIDDEN", "cases", "hidden_cases"]
@@ -135,18 +135,14 @@ def _rmsnorm(seed: int) -> list[Case]:
         ((2, 3, 8), torch.float64, 1.0, None, False),  # a fresh module: weight = ones
         ((2, 2, 3, 16), torch.float32, 1e-3, None, True),
     ]
-    for i, (shape, dtype, scale, eps, load) in enumerate(configs):
-        s = seed * 1000 + 300 + i
-        g = make_generator(s)
+    for _, s, g, (shape, dtype, scale, eps, load) in seeded(seed, 300, configs):
         x = _randn(g, *shape, scale=scale, shift=0.3 * scale, dtype=dtype)
         w = _randn(g, shape[-1], scale=0.5, shift=1.0, dtype=dtype) if load else None
         what = f"RMSNorm({shape[-1]}{'' if eps is None else f', eps={eps:g}'})" + \
             (" with a weight loaded by name" if load else ", fresh") + f" on x {tuple(shape)}"
         out.append(_hidden("RMSNorm", f"{what}: matches the reference", rmsnorm_call(shape[-1], x, w, eps), s,
                            dtype))
-    for i, (shape, dtype, scale, shift) in enumerate(_HALF_CONFIGS[::2]):
-        s = seed * 1000 + 350 + i
-        g = make_generator(s)
+    for _, s, g, (shape, dtype, scale, shift) in seeded(seed, 350, _HALF_CONFIGS[::2]):
         x = _randn(g, *shape, scale=scale, shift=shift, dtype=dtype)
         w = _randn(g, shape[-1], scale=0.5, shift=1.0, dtype=dtype)
         out.append(_half("RMSNorm", f"RMSNorm({shape[-1]}) on x {tuple(shape)} ~ {shift:g} ± {scale:g}",
@@ -191,9 +187,7 @@ def _backward(seed: int) -> list[Case]:
         ((12,), torch.float64, 1.0, None),
         ((4, 10), torch.float64, 1e-3, 1e-5),
     ]
-    for i, (shape, dtype, scale, eps) in enumerate(configs):
-        s = seed * 1000 + 700 + i
-        g = make_generator(s)
+    for _, s, g, (shape, dtype, scale, eps) in seeded(seed, 700, configs):
         x = _randn(g, *shape, scale=scale, shift=0.2 * scale, dtype=dtype)
         grad_out = _randn(g, *shape, dtype=dtype)
         w = _randn(g, shape[-1], scale=0.5, shift=1.0, dtype=dtype)

@@ -51,7 +51,7 @@ from tfcourse.checks.nb05_feed_forward.routing import (
 )
 from tfcourse.device import make_generator
 
-from . import HiddenCases, hidden_case
+from . import HiddenCases, hidden_case, seeded
 from .half import HALF_DTYPES, half_case
 
 __all__ = ["HIDDEN", "cases", "hidden_cases"]
@@ -120,17 +120,15 @@ def _ff(seed: int) -> list[Case]:
     out = []
     configs = [((3, 7, 16), 64, F64, True), ((2, 5, 8), 24, F32, False), ((10, 12), 20, F64, False),
                ((2, 2, 3, 8), 32, F32, True)]
-    for i, (shape, f, dtype, bias) in enumerate(configs):
-        s = seed * 1000 + 200 + i
+    for _, s, g, (shape, f, dtype, bias) in seeded(seed, 200, configs):
         d = shape[-1]
-        x = _randn(make_generator(s), *shape, scale=2.0, dtype=dtype)
+        x = _randn(g, *shape, scale=2.0, dtype=dtype)
         call = Call("FeedForward", (d, f), {} if bias else {"bias": False}, state=ffn_state(s, d, f, dtype, bias),
                     forward_args=(x,))
         out.append(_hidden("FeedForward", f"FeedForward({d}, {f}{'' if bias else ', bias=False'}) on x {shape} "
                            f"{_dt(dtype)}: matches the reference", [call], s))
-    for i, dtype in enumerate(HALF_DTYPES):
-        s = seed * 1000 + 250 + i
-        x = _randn(make_generator(s), 2, 5, 16, dtype=dtype)
+    for _, s, g, dtype in seeded(seed, 250, HALF_DTYPES):
+        x = _randn(g, 2, 5, 16, dtype=dtype)
         call = Call("FeedForward", (16, 32), state=ffn_state(s, 16, 32, dtype), forward_args=(x,))
         out.append(_half("FeedForward", "FeedForward(16, 32) with weights of that dtype on x (2, 5, 16)", call,
                          dtype, s))
@@ -141,15 +139,13 @@ def _ff(seed: int) -> list[Case]:
 def _swiglu(seed: int) -> list[Case]:
     out = []
     configs = [((3, 7, 16), 48, F64), ((2, 5, 8), 24, F32), ((10, 12), 32, F64), ((2, 2, 3, 8), 16, F32)]
-    for i, (shape, f, dtype) in enumerate(configs):
-        s = seed * 1000 + 300 + i
+    for _, s, g, (shape, f, dtype) in seeded(seed, 300, configs):
         d = shape[-1]
-        x = _randn(make_generator(s), *shape, scale=2.0, dtype=dtype)
+        x = _randn(g, *shape, scale=2.0, dtype=dtype)
         call = Call("SwiGLU", (d, f), state=swiglu_state(s, d, f, dtype), forward_args=(x,))
         out.append(_hidden("SwiGLU", f"SwiGLU({d}, {f}) on x {shape} {_dt(dtype)}: matches the reference", [call], s))
-    for i, dtype in enumerate(HALF_DTYPES):
-        s = seed * 1000 + 350 + i
-        x = _randn(make_generator(s), 2, 5, 16, dtype=dtype)
+    for _, s, g, dtype in seeded(seed, 350, HALF_DTYPES):
+        x = _randn(g, 2, 5, 16, dtype=dtype)
         call = Call("SwiGLU", (16, 32), state=swiglu_state(s, 16, 32, dtype), forward_args=(x,))
         out.append(_half("SwiGLU", "SwiGLU(16, 32) with weights of that dtype on x (2, 5, 16)", call, dtype, s))
     return out

@@ -24,6 +24,7 @@ from tfcourse.checks.case import Case, Judge, fmt_dtype
 from tfcourse.checks.nb06_kv_cache import MISTAKES, NOTEBOOK
 from tfcourse.checks.nb06_kv_cache.cases import (
     ATTN_TOL,
+    KV_CACHE,
     attention_state,
     block_state,
     chunked_steps,
@@ -39,7 +40,7 @@ from tfcourse.checks.nb06_kv_cache.sampling import (
 )
 from tfcourse.device import make_generator
 
-from . import HiddenCases, tensors_judge
+from . import HiddenCases, hidden_case, seeded
 
 __all__ = ["HIDDEN", "cases", "hidden_cases"]
 
@@ -57,36 +58,29 @@ def _pick(g: torch.Generator, options: Sequence) -> object:
 def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, part: str = "core",
             dtype: torch.dtype | None = None) -> Case:
     atol, rtol = ATTN_TOL[dtype] if dtype is not None else (None, None)
-    return Case(exercise, f"hidden case: {title}", calls, error_hints(tensors_judge(atol, rtol)), seed=seed,
-                reference=True, mistakes=MISTAKES[exercise], hidden=True, part=part)
+    return hidden_case(exercise, f"hidden case: {title}", calls, seed, mistakes=MISTAKES[exercise], part=part,
+                       atol=atol, rtol=rtol, wrap=error_hints, every_tensor=True)
 
 
 # ---------------------------------------------------------------------------------------------
 @HIDDEN.exercise("KVCache")
 def _kv_cache(seed: int) -> list[Case]:
     out = []
-    for i in range(3):
-        s = seed * 1000 + 100 + i
-        g = make_generator(s)
+    for _, s, g, dtype in seeded(seed, 100, (torch.float64, torch.float32, torch.float64)):
         b, gh, dh = (int(v) for v in torch.randint(1, 5, (3,), generator=g))
         dh *= 2
-        dtype = torch.float64 if i != 1 else torch.float32
         chunks = [int(v) for v in torch.randint(1, 6, (int(torch.randint(2, 5, (1,), generator=g)),), generator=g)]
-        steps = [Step("seq_len", attribute=True)]
-        for t in chunks:
-            k, v = _randn(g, b, gh, t, dh, dtype=dtype), _randn(g, b, gh, t, dh, dtype=dtype)
-            steps += [Step("update", (k, v)), Step("seq_len", attribute=True)]
-        steps += [Step("k", attribute=True), Step("v", attribute=True)]
+        call = KV_CACHE.call([(_randn(g, b, gh, t, dh, dtype=dtype), _randn(g, b, gh, t, dh, dtype=dtype))
+                              for t in chunks])
         out.append(_hidden("KVCache", f"(B, G, Dh) = ({b}, {gh}, {dh}), chunks {chunks}, {fmt_dtype(dtype)}",
-                           [Call("KVCache", (), steps=tuple(steps))], s))
+                           [call], s))
     s = seed * 1000 + 150
     g = make_generator(s)
-    first = Step("update", (_randn(g, 2, 2, 3, 4), _randn(g, 2, 2, 3, 4)))
+    first = (_randn(g, 2, 2, 3, 4), _randn(g, 2, 2, 3, 4))
     bad = [(_randn(g, 2, 2, 1, 4), _randn(g, 2, 2, 2, 4)), (_randn(g, 2, 2, 1, 4, dtype=torch.float32),) * 2,
            (_randn(g, 3, 2, 1, 4), _randn(g, 3, 2, 1, 4))]
-    calls = [Call("KVCache", (), steps=(first, Step("update", args))) for args in bad]
-    out.append(_hidden("KVCache", "chunks that do not fit the cache (k/v shapes, dtype, B) raise ValueError", calls, s,
-                       part="validation"))
+    out.append(_hidden("KVCache", "chunks that do not fit the cache (k/v shapes, dtype, B) raise ValueError",
+                       [KV_CACHE.updates(first, args) for args in bad], s, part="validation"))
     return out
 
 
@@ -98,17 +92,13 @@ def _attention(seed: int) -> list[Case]:
         (1, 24, 3, (4,), torch.float32, 500.0),
         (3, 16, 2, (2,), torch.float64, 1e6),
     ]
-    for i, (b, d, h, chunks, dtype, theta) in enumerate(configs):
-        s = seed * 1000 + 200 + i
-        g = make_generator(s)
+    for _, s, g, (b, d, h, chunks, dtype, theta) in seeded(seed, 200, configs):
         x = _randn(g, b, chunks[0], d, dtype=dtype)
         call = Call("CausalSelfAttention", (d, h, theta), state=attention_state(s, d, dtype), forward_args=(x,))
         out.append(_hidden("CausalSelfAttention", f"no cache, (B, T, D) = ({b}, {chunks[0]}, {d}), H = {h}, "
                            f"rope_theta = {theta:g}, {fmt_dtype(dtype)}", [call], s, dtype=dtype))
-    for i, (chunks, dtype) in enumerate((((6, 1, 1, 2), torch.float64), ((3, 4, 1), torch.float32),
-                                         ((1, 1, 1, 1, 3), torch.float64))):
-        s = seed * 1000 + 250 + i
-        g = make_generator(s)
+    for i, s, g, (chunks, dtype) in seeded(seed, 250, (((6, 1, 1, 2), torch.float64), ((3, 4, 1), torch.float32),
+                                                       ((1, 1, 1, 1, 3), torch.float64))):
         b, d, h = 2, 16, (2, 4, 1)[i]
         x = _randn(g, b, sum(chunks), d, dtype=dtype)
         cache = Instance("KVCache", key="c")
@@ -125,9 +115,7 @@ def _block(seed: int) -> list[Case]:
     out = []
     configs = [((7,), torch.float64, 10000.0, None), ((3, 1, 2), torch.float64, 300.0, 1e-5),
                ((5,), torch.float32, 10000.0, 1e-3), ((2, 2, 1), torch.float32, 10000.0, None)]
-    for i, (chunks, dtype, theta, eps) in enumerate(configs):
-        s = seed * 1000 + 300 + i
-        g = make_generator(s)
+    for i, s, g, (chunks, dtype, theta, eps) in seeded(seed, 300, configs):
         b, d, h, d_ff = 2, 16, 2 * (1 + i % 2), 20 + 4 * i
         x = _randn(g, b, sum(chunks), d, dtype=dtype)
         state = block_state(s, d, d_ff, dtype)
@@ -153,9 +141,7 @@ def _lm(seed: int) -> list[Case]:
         (11, 16, 2, 2, 16, (4,), torch.float64, True, "cache_and_tied"),
         (11, 16, 2, 4, 16, (2, 2, 1), torch.float32, True, "cache_and_tied"),
     ]
-    for i, (vocab, d, layers, h, d_ff, chunks, dtype, tied, part) in enumerate(configs):
-        s = seed * 1000 + 400 + i
-        g = make_generator(s)
+    for _, s, g, (vocab, d, layers, h, d_ff, chunks, dtype, tied, part) in seeded(seed, 400, configs):
         ids = torch.randint(0, vocab, (2, sum(chunks)), generator=g)
         state = lm_state(s, vocab, d, layers, d_ff, dtype, tied=tied)
         args = (vocab, d, layers, h, d_ff)
@@ -208,9 +194,7 @@ def _clear_rows(g: torch.Generator, vocab: int, count: int, thresholds: Sequence
 @HIDDEN.exercise("sample_next_token")
 def _sampling(seed: int) -> list[Case]:
     out = []
-    for i, dtype in enumerate((torch.float32, torch.float64)):
-        s = seed * 1000 + 500 + i
-        g = make_generator(s)
+    for i, s, g, dtype in seeded(seed, 500, (torch.float32, torch.float64)):
         logits = _randn(g, 6, 30, scale=3.0, dtype=dtype)
         options = {} if i == 0 else {"top_k": 4, "top_p": 0.3}
         out.append(_hidden("sample_next_token", f"temperature 0 on (6, 30) {fmt_dtype(dtype)} logits"
@@ -222,9 +206,7 @@ def _sampling(seed: int) -> list[Case]:
         (1.0, None, 0.7, "filters"),
         (0.6, 6, 0.7, "filters"),  # sharpened: top-p of the untempered logits keeps more (late_apart)
     ]
-    for i, (temperature, top_k, top_p, part) in enumerate(configs):
-        s = seed * 1000 + 550 + i
-        g = make_generator(s)
+    for _, s, g, (temperature, top_k, top_p, part) in seeded(seed, 550, configs):
         vocab = int(torch.randint(8, 13, (1,), generator=g))
         rows = _clear_rows(g, vocab, 2, [top_p] if top_p is not None else [], temperature, top_k,
                            late_apart=temperature != 1.0 and top_p is not None)
@@ -239,17 +221,14 @@ def _sampling(seed: int) -> list[Case]:
 def _generate(seed: int) -> list[Case]:
     out = []
     configs = [(3, 6, 9, True), (2, 1, 7, False), (1, 8, 5, True), (2, 3, 10, False)]  # (B, T, N, use_cache)
-    for i, (b, t, n, use_cache) in enumerate(configs):
-        s = seed * 1000 + 600 + i
-        g = make_generator(s)
+    for _, s, g, (b, t, n, use_cache) in seeded(seed, 600, configs):
         ids = torch.randint(0, 11, (b, t), generator=g)
         layers = int(torch.randint(1, 4, (1,), generator=g))
         call = Call("generate", (probe(num_layers=layers), ids, n), {"use_cache": use_cache})
         out.append(_hidden("generate", f"greedy, (B, T) = ({b}, {t}), {n} new tokens, a probe model with {layers} "
                            f"blocks, use_cache={use_cache}", [call], s))
-    for i, use_cache in enumerate((True, False)):
-        s = seed * 1000 + 650 + i
-        layers = int(torch.randint(1, 4, (1,), generator=make_generator(s)))
+    for i, s, g, use_cache in seeded(seed, 650, (True, False)):
+        layers = int(torch.randint(1, 4, (1,), generator=g))
         out.append(calls_case(f"hidden case: how the model is called, use_cache={use_cache}, a probe with {layers} "
                               "blocks whose logits depend on how it is called: the tokens match the reference's", s,
                               use_cache, b=1 + i, t=3 + i, n=4 + 2 * i, num_layers=layers, hidden=True))
@@ -281,9 +260,7 @@ def _bytes(seed: int) -> list[Case]:
 @HIDDEN.exercise("apply_repetition_penalty")
 def _penalty(seed: int) -> list[Case]:
     out = []
-    for i, (dtype, penalty) in enumerate(((torch.float64, 1.2), (torch.float32, 2.0), (torch.float64, 0.5))):
-        s = seed * 1000 + 800 + i
-        g = make_generator(s)
+    for _, s, g, (dtype, penalty) in seeded(seed, 800, ((torch.float64, 1.2), (torch.float32, 2.0), (torch.float64, 0.5))):
         b, vocab, t = 3, 20, 12
         logits = _randn(g, b, vocab, scale=2.0, dtype=dtype)
         ids = torch.randint(0, vocab // 2, (b, t), generator=g)

@@ -27,10 +27,10 @@ from tfcourse.checks.nb07_gqa_mla.cases import (
     gqa_state,
     with_errors,
 )
-from tfcourse.checks.nb07_gqa_mla.mla import absorb_forbidden, mla_state
+from tfcourse.checks.nb07_gqa_mla.mla import LATENT_CACHE, absorb_forbidden, mla_state
 from tfcourse.device import make_generator
 
-from . import HiddenCases, tensors_judge
+from . import HiddenCases, hidden_case, seeded
 
 __all__ = ["HIDDEN", "cases", "hidden_cases"]
 
@@ -48,17 +48,15 @@ def _int(g: torch.Generator, low: int, high: int) -> int:
 def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, part: str = "core",
             dtype: torch.dtype | None = None) -> Case:
     atol, rtol = ATTN_TOL[dtype] if dtype is not None else (0.0, 0.0)
-    return Case(exercise, f"hidden case: {title}", calls, with_errors(tensors_judge(atol, rtol)), seed=seed,
-                reference=True, mistakes=MISTAKES[exercise], hidden=True, part=part)
+    return hidden_case(exercise, f"hidden case: {title}", calls, seed, mistakes=MISTAKES[exercise], part=part,
+                       atol=atol, rtol=rtol, wrap=with_errors, every_tensor=True)
 
 
 # ---------------------------------------------------------------------------------------------
 @HIDDEN.exercise("repeat_kv")
 def _repeat_kv(seed: int) -> list[Case]:
     out = []
-    for i, dtype in enumerate((torch.float64, torch.float32, torch.float64)):
-        s = seed * 1000 + 100 + i
-        g = make_generator(s)
+    for i, s, g, dtype in seeded(seed, 100, (torch.float64, torch.float32, torch.float64)):
         b, kv, t, dh, r = _int(g, 1, 4), _int(g, 1, 5), _int(g, 1, 9), 2 * _int(g, 1, 5), (_int(g, 2, 6), 1, 3)[i]
         x = _randn(g, b, kv, t, dh, dtype=dtype)
         out.append(_hidden("repeat_kv", f"(B, G, S, Dh) = ({b}, {kv}, {t}, {dh}), n_rep = {r}, {fmt_dtype(dtype)}",
@@ -77,9 +75,7 @@ def _gqa(seed: int) -> list[Case]:
         (2, 16, 4, 1, None, (6, 1, 1, 2), torch.float64, 10000.0),
         (1, 16, 2, 2, 6, (3, 2), torch.float32, 1e6),
     ]
-    for i, (b, d, h, kv, head_dim, chunks, dtype, theta) in enumerate(configs):
-        s = seed * 1000 + 200 + i
-        g = make_generator(s)
+    for _, s, g, (b, d, h, kv, head_dim, chunks, dtype, theta) in seeded(seed, 200, configs):
         dh = head_dim or d // h
         x = _randn(g, b, sum(chunks), d, dtype=dtype)
         state = gqa_state(s, d, h, kv, dh, dtype)
@@ -100,27 +96,20 @@ def _gqa(seed: int) -> list[Case]:
 @HIDDEN.exercise("LatentCache")
 def _latent_cache(seed: int) -> list[Case]:
     out = []
-    for i, dtype in enumerate((torch.float64, torch.float32)):
-        s = seed * 1000 + 300 + i
-        g = make_generator(s)
+    for _, s, g, dtype in seeded(seed, 300, (torch.float64, torch.float32)):
         b, dc, dr = _int(g, 1, 4), _int(g, 2, 12), 2 * _int(g, 1, 4)
         chunks = [_int(g, 1, 6) for _ in range(_int(g, 2, 5))]
-        steps = [Step("seq_len", attribute=True)]
-        for t in chunks:
-            steps += [Step("update", (_randn(g, b, t, dc, dtype=dtype), _randn(g, b, t, dr, dtype=dtype))),
-                      Step("seq_len", attribute=True)]
-        steps += [Step("c_kv", attribute=True), Step("k_rope", attribute=True)]
+        call = LATENT_CACHE.call([(_randn(g, b, t, dc, dtype=dtype), _randn(g, b, t, dr, dtype=dtype)) for t in chunks])
         out.append(_hidden("LatentCache", f"(B, Dc, dr) = ({b}, {dc}, {dr}), chunks {chunks}, {fmt_dtype(dtype)}",
-                           [Call("LatentCache", (), steps=tuple(steps))], s))
+                           [call], s))
     s = seed * 1000 + 350
     g = make_generator(s)
-    first = Step("update", (_randn(g, 2, 3, 6), _randn(g, 2, 3, 2)))
+    first = (_randn(g, 2, 3, 6), _randn(g, 2, 3, 2))
     bad = [(_randn(g, 2, 1, 6), _randn(g, 2, 2, 2)), (_randn(g, 3, 1, 6), _randn(g, 3, 1, 2)),
            (_randn(g, 2, 1, 6, dtype=torch.float32), _randn(g, 2, 1, 2, dtype=torch.float32)),
            (_randn(g, 2, 1, 7), _randn(g, 2, 1, 2))]
-    calls = [Call("LatentCache", (), steps=(first, Step("update", args))) for args in bad]
-    out.append(_hidden("LatentCache", "chunks that do not fit (T differs, B, dtype, width) raise ValueError", calls, s,
-                       part="validation"))
+    out.append(_hidden("LatentCache", "chunks that do not fit (T differs, B, dtype, width) raise ValueError",
+                       [LATENT_CACHE.updates(first, args) for args in bad], s, part="validation"))
     return out
 
 
@@ -134,9 +123,7 @@ def _mla(seed: int) -> list[Case]:
         (2, 16, 4, 9, 6, 2, 4, None, (4, 1, 2), torch.float64, True, "absorb"),
         (1, 16, 2, 8, 4, 2, 6, 6, (5,), torch.float32, True, "absorb"),
     ]
-    for i, (b, d, h, dc, dn, dr, dv, dq, chunks, dtype, absorb, part) in enumerate(configs):
-        s = seed * 1000 + 400 + i
-        g = make_generator(s)
+    for _, s, g, (b, d, h, dc, dn, dr, dv, dq, chunks, dtype, absorb, part) in seeded(seed, 400, configs):
         x = _randn(g, b, sum(chunks), d, dtype=dtype)
         state = mla_state(s, d, h, dc, dn, dr, dv, dq, dtype)
         kwargs = {} if dq is None else {"q_lora_rank": dq}

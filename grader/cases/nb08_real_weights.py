@@ -20,6 +20,7 @@ tokens; mean_pool and rollout the dtype's tolerance; block indices exactly.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
@@ -34,7 +35,7 @@ from tfcourse.checks.nb08_real_weights.cases import (
 )
 from tfcourse.device import make_generator
 
-from . import HiddenCases, tensors_judge
+from . import HiddenCases, hidden_case, seeded
 
 __all__ = ["HIDDEN", "cases", "hidden_cases"]
 
@@ -51,25 +52,22 @@ def _int(g: torch.Generator, low: int, high: int) -> int:
 
 def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, part: str = "core",
             atol: float | None = None, rtol: float | None = None, raised_hint: bool = False) -> Case:
-    judge = tensors_judge(atol, rtol)
-    if raised_hint:
-        inner = judge
-
-        def judge(j: Judge) -> None:
+    def file_hints(judge: Callable[[Judge], None]) -> Callable[[Judge], None]:
+        def wrapped(j: Judge) -> None:
             if j.expected and j.expected[0].ok:
                 well_formed_file_raised(j, "bert." if "bert." in repr(j.case.calls[0].args) else "")
-            inner(j)
+            judge(j)
 
-    return Case(exercise, f"hidden case: {title}", calls, judge, seed=seed, reference=True,
-                mistakes=MISTAKES[exercise], hidden=True, part=part)
+        return wrapped
+
+    return hidden_case(exercise, f"hidden case: {title}", calls, seed, mistakes=MISTAKES[exercise], part=part,
+                       atol=atol, rtol=rtol, wrap=file_hints if raised_hint else None, every_tensor=True)
 
 
 @HIDDEN.exercise("load_decoder_weights")
 def _decoder(seed: int) -> list[Case]:
     out = []
-    for i, config in enumerate(("tied", "untied")):
-        s = seed * 1000 + 100 + i
-        g = make_generator(s)
+    for i, s, g, config in seeded(seed, 100, ("tied", "untied")):
         c = probes.LLAMA[config]
         ids = torch.randint(c["vocab_size"], (_int(g, 1, 3), _int(g, 3, 9)), generator=g)
         model = Instance(PROBES + "tiny_decoder", kwargs={"config": config, "seed": s + 7}, key="m")
@@ -94,9 +92,7 @@ def _decoder(seed: int) -> list[Case]:
 @HIDDEN.exercise("load_encoder_weights")
 def _encoder(seed: int) -> list[Case]:
     out = []
-    for i, (config, prefix) in enumerate((("small", "bert."), ("square", ""))):
-        s = seed * 1000 + 200 + i
-        g = make_generator(s)
+    for _, s, g, (config, prefix) in seeded(seed, 200, (("small", "bert."), ("square", ""))):
         c = probes.BERT[config]
         b, t = 2, _int(g, 4, 10)
         ids = torch.randint(c["vocab_size"], (b, t), generator=g)
@@ -154,10 +150,8 @@ def _minilm_case(seed: int) -> Case:
 @HIDDEN.exercise("mean_pool")
 def _mean_pool(seed: int) -> list[Case]:
     out = []
-    for i, (dtype, mask_dtype) in enumerate(((torch.float64, torch.bool), (torch.float32, torch.float32),
-                                             (torch.bfloat16, torch.int64))):
-        s = seed * 1000 + 300 + i
-        g = make_generator(s)
+    for _, s, g, (dtype, mask_dtype) in seeded(seed, 300, ((torch.float64, torch.bool), (torch.float32, torch.float32),
+                                                           (torch.bfloat16, torch.int64))):
         b, t, d = _int(g, 1, 5), _int(g, 2, 9), _int(g, 1, 9)
         hidden = (torch.randn(b, t, d, generator=g, dtype=torch.float64) * 3).to(dtype)
         lengths = torch.randint(1, t + 1, (b,), generator=g)
@@ -196,9 +190,7 @@ def _divergence(seed: int) -> list[Case]:
 @HIDDEN.exercise("attention_rollout")
 def _rollout(seed: int) -> list[Case]:
     out = []
-    for i, dtype in enumerate((torch.float64, torch.float32)):
-        s = seed * 1000 + 500 + i
-        g = make_generator(s)
+    for _, s, g, dtype in seeded(seed, 500, (torch.float64, torch.float32)):
         layers, b, h, t = _int(g, 1, 5), _int(g, 1, 3), _int(g, 1, 5), _int(g, 2, 8)
         atts = [torch.softmax(torch.randn(b, h, t, t, generator=g, dtype=torch.float64) * 2, -1).to(dtype)
                 for _ in range(layers)]

@@ -1,15 +1,21 @@
-"""Helpers that several notebooks' checks use: error hints that wrap a case's judge, and the hint
-for a float32 fill constant on half-precision input. No notebook's checks import another's."""
+"""Helpers that several notebooks' checks use: error hints that wrap a case's judge, the hint
+for a float32 fill constant on half-precision input, and the contract of an append-only cache of
+two tensors (:class:`TwoTensorCache`: notebook 06's KVCache, 07's LatentCache). No notebook's
+checks import another's."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
-from .case import Judge
+import torch
 
-__all__ = ["HALF_FILL_ERROR", "expect_value_errors", "half_precision_errors", "with_error_hints",
-           "with_load_hints"]
+from .call import Call, Step
+from .case import Judge, fmt_dtype
+
+__all__ = ["HALF_FILL_ERROR", "TwoTensorCache", "expect_value_errors", "half_precision_errors",
+           "with_error_hints", "with_load_hints"]
 
 # An exception that filling with a float32 constant raises on float16 scores (the reference works).
 HALF_FILL_ERROR = (r"cannot be converted to type .*without overflow",
@@ -80,3 +86,70 @@ def with_error_hints(judge: Callable[[Judge], None], known: Sequence[tuple], *,
         judge(j)
 
     return wrapped
+
+
+@dataclass(frozen=True)
+class TwoTensorCache:
+    """An exercise's cache that holds two tensors (attributes ``names``, None while empty), appends
+    each ``update(a, b)`` chunk along axis ``dim``, returns both whole tensors, and counts the
+    cached positions in ``seq_len``. ``layout``: the shape update returns, as the task writes it;
+    ``holds``: what the two tensors hold, in the oracle lines; ``dtype_note``: added to the dtype
+    failure; ``shape_only``: a shape failure takes the catalogue's shape-only hint."""
+
+    exercise: str
+    names: tuple[str, str]
+    dim: int
+    layout: str
+    holds: tuple[str, str]
+    dtype_note: str = ""
+    shape_only: bool = False
+
+    def call(self, chunks: Iterable[tuple], *, read_empty: bool = False) -> Call:
+        """A new cache that reads seq_len (with ``read_empty``, the two attributes before it), then
+        per chunk ``update(*chunk)`` and seq_len, then the two attributes."""
+        steps = [Step(name, attribute=True) for name in self.names] if read_empty else []
+        steps.append(Step("seq_len", attribute=True))
+        for chunk in chunks:
+            steps += [Step("update", chunk), Step("seq_len", attribute=True)]
+        return Call(self.exercise, (), steps=tuple(steps + [Step(name, attribute=True) for name in self.names]))
+
+    def updates(self, *chunks: tuple) -> Call:
+        """A new cache given ``update(*chunk)`` for each chunk in turn, nothing read: a case that
+        expects the last chunk to raise."""
+        return Call(self.exercise, (), steps=tuple(Step("update", chunk) for chunk in chunks))
+
+    def judge(self, firsts: Sequence[torch.Tensor], seconds: Sequence[torch.Tensor], dtype: torch.dtype,
+              read: Callable[[Judge, int, int, str], list[torch.Tensor]]) -> Callable[[Judge], None]:
+        """The judge of ``call(zip(firsts, seconds), read_empty=True)``: both None
+        and seq_len 0 while empty; each update returns the torch.cat of every chunk so far, in
+        ``dtype``, and seq_len counts them; the attributes hold them all at the end. ``read``: the
+        notebook's reading of a call's step tensors (``read(j, call, count, what)``)."""
+        chunks = [first.size(self.dim) for first in firsts]
+
+        def judge(j: Judge) -> None:
+            got = read(j, 0, 3 + 3 * len(chunks) + 2, "the cache's attributes and update results")
+            for i, name in enumerate(self.names):
+                j.require(got[i].numel() == 0, f"cache.{name} before the first update is a tensor of shape "
+                          f"{tuple(got[i].shape)}; expected None")
+            j.require(got[2].dim() == 0 and int(got[2]) == 0, f"seq_len of an empty cache is {got[2].tolist()}; "
+                      "expected 0")
+            total = 0
+            for i, t in enumerate(chunks):
+                total += t
+                which = f"update {i + 1} (a chunk of {t}, {total - t} cached)"
+                wants = (torch.cat(firsts[: i + 1], dim=self.dim), torch.cat(seconds[: i + 1], dim=self.dim))
+                for name, have, want in zip(self.names, got[3 + 3 * i: 5 + 3 * i], wants, strict=True):
+                    j.require(tuple(have.shape) == tuple(want.shape), f"{which} returned {name} of shape "
+                              f"{tuple(have.shape)}; expected {self.layout} = {tuple(want.shape)}",
+                              hint=j.mistake_hint(check_shape_only=True) if self.shape_only else None)
+                    j.require(have.dtype == dtype, f"{which} returned {name} as {fmt_dtype(have.dtype)}; expected "
+                              f"{fmt_dtype(dtype)}{self.dtype_note}")
+                    j.close(have, want, name=f"{which}: returned {name}", oracle="torch.cat of every chunk so far")
+                n = got[5 + 3 * i]
+                j.require(n.dim() == 0 and int(n) == total, f"seq_len after {which} is {n.tolist()}; expected "
+                          f"{total}, the number of cached positions")
+            for name, have, parts, holds in zip(self.names, got[-2:], (firsts, seconds), self.holds, strict=True):
+                j.close(have, torch.cat(parts, dim=self.dim), name=f"cache.{name} after the updates",
+                        oracle=f"torch.cat of the {holds}")
+
+        return judge

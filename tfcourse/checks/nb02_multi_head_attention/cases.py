@@ -369,30 +369,24 @@ def _mha_cases() -> list[Case]:
                            "given attn_mask=~mask", [mha_call(16, 4, True, state2, x2, mask=causal)],
                            biased_causal, seed=423))
 
-    # 3. cross-attention, T != S, no mask
+    # 3. cross-attention, T != S, no mask; 3b. S = T: an answer that uses context only when its
+    # length differs passes 3
     state3 = random_mha_state(425, 16, bias=True)
     x3 = random_input(426, 2, 3, 16, dtype=dt)
     ctx = random_input(427, 2, 7, 16, dtype=dt)
 
-    def cross(j: Judge, state=state3, x=x3, ctx=ctx):
-        got = j.tensor(shape=(2, 3, 16), dtype=dt)
-        j.close(got, torch_oracle(to_torch_state(state), 2, x, context=ctx),
-                oracle="nn.MultiheadAttention(x, context, context)")
+    def cross_case(title: str, h: int, x: torch.Tensor, context: torch.Tensor, seed: int) -> Case:
+        def cross(j: Judge) -> None:
+            got = j.tensor(shape=tuple(x.shape), dtype=dt)
+            j.close(got, torch_oracle(to_torch_state(state3), h, x, context=context),
+                    oracle="nn.MultiheadAttention(x, context, context)")
 
-    cases.append(_mha_case("cross-attention: queries from x (T = 3), keys/values from context (S = 7)",
-                           [mha_call(16, 2, True, state3, x3, context=ctx)], cross, seed=425))
+        return _mha_case(title, [mha_call(16, h, True, state3, x, context=context)], cross, seed=seed)
 
-    # 3b. cross-attention with S = T: an answer that uses context only when its length differs passes 3
-    x3b = random_input(435, 2, 5, 16, dtype=dt)
-    ctx3b = random_input(436, 2, 5, 16, dtype=dt)
-
-    def cross_same_length(j: Judge, state=state3, x=x3b, ctx=ctx3b):
-        got = j.tensor(shape=(2, 5, 16), dtype=dt)
-        j.close(got, torch_oracle(to_torch_state(state), 4, x, context=ctx),
-                oracle="nn.MultiheadAttention(x, context, context)")
-
-    cases.append(_mha_case("cross-attention with S = T = 5: keys/values still come from context, not x",
-                           [mha_call(16, 4, True, state3, x3b, context=ctx3b)], cross_same_length, seed=435))
+    cases.append(cross_case("cross-attention: queries from x (T = 3), keys/values from context (S = 7)",
+                            2, x3, ctx, 425))
+    cases.append(cross_case("cross-attention with S = T = 5: keys/values still come from context, not x",
+                            4, random_input(435, 2, 5, 16, dtype=dt), random_input(436, 2, 5, 16, dtype=dt), 435))
 
     # 4. cross-attention with a padding mask (B, 1, 1, S): per-head F.scaled_dot_product_attention
     lengths = torch.tensor([7, 4])

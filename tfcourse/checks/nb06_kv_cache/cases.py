@@ -25,11 +25,11 @@ from ...device import make_generator
 from ..call import Call, Instance, Step
 from ..case import Case, Judge, fmt_dtype
 from ..protocol import NotebookChecks
-from ..shared import expect_value_errors
+from ..shared import TwoTensorCache, expect_value_errors
 from .hint_texts import HINTS
 from .mistakes import MISTAKES
 
-__all__ = ["ATTN_TOL", "NOTEBOOK", "attention_oracle", "attention_state", "block_oracle", "block_state", "chunked_steps", "error_hints", "judge_chunks", "lm_oracle", "lm_state", "make_case", "randn", "step_tensors"]
+__all__ = ["ATTN_TOL", "KV_CACHE", "NOTEBOOK", "attention_oracle", "attention_state", "block_oracle", "block_state", "chunked_steps", "error_hints", "judge_chunks", "lm_oracle", "lm_state", "make_case", "randn", "step_tensors"]
 
 # Another exercise an answer calls and that fails its own check is replaced by the course's
 # version while the answer is checked: one bug costs points once (the grader does the same).
@@ -96,40 +96,16 @@ def error_hints(judge: Callable[[Judge], None]) -> Callable[[Judge], None]:
 # ---------------------------------------------------------------------------------------------
 # KVCache
 # ---------------------------------------------------------------------------------------------
+# the KVCache contract (its checks' words): tfcourse.checks.shared.TwoTensorCache
+KV_CACHE = TwoTensorCache("KVCache", ("k", "v"), dim=2, layout="(B, G, P + T, Dh)", holds=("keys", "values"),
+                          dtype_note=", the dtype it was given")
+
+
 def _kv_case(title: str, seed: int, dtype: torch.dtype, b: int, g: int, dh: int, chunks: Sequence[int]) -> Case:
     ks = [randn(seed + 2 * i, b, g, t, dh, dtype=dtype) for i, t in enumerate(chunks)]
     vs = [randn(seed + 2 * i + 1, b, g, t, dh, dtype=dtype) for i, t in enumerate(chunks)]
-    steps = [Step("k", attribute=True), Step("v", attribute=True), Step("seq_len", attribute=True)]
-    for k, v in zip(ks, vs, strict=True):
-        steps += [Step("update", (k, v)), Step("seq_len", attribute=True)]
-    steps += [Step("k", attribute=True), Step("v", attribute=True)]
-    count = 3 + 3 * len(chunks) + 2
-
-    def judge(j: Judge) -> None:
-        got = step_tensors(j, 0, count, "the cache's attributes and update results")
-        for i, name in enumerate(("k", "v")):
-            j.require(got[i].numel() == 0, f"cache.{name} before the first update is a tensor of shape "
-                      f"{tuple(got[i].shape)}; expected None")
-        j.require(got[2].dim() == 0 and int(got[2]) == 0, f"seq_len of an empty cache is {got[2].tolist()}; "
-                  "expected 0")
-        total = 0
-        for i, t in enumerate(chunks):
-            total += t
-            k_all, v_all, n = got[3 + 3 * i: 6 + 3 * i]
-            want_k, want_v = torch.cat(ks[: i + 1], dim=2), torch.cat(vs[: i + 1], dim=2)
-            which = f"update {i + 1} (a chunk of {t}, {total - t} cached)"
-            for name, have, want in (("k", k_all, want_k), ("v", v_all, want_v)):
-                j.require(tuple(have.shape) == tuple(want.shape), f"{which} returned {name} of shape "
-                          f"{tuple(have.shape)}; expected (B, G, P + T, Dh) = {tuple(want.shape)}")
-                j.require(have.dtype == dtype, f"{which} returned {name} as {fmt_dtype(have.dtype)}; expected "
-                          f"{fmt_dtype(dtype)}, the dtype it was given")
-                j.close(have, want, name=f"{which}: returned {name}", oracle="torch.cat of every chunk so far")
-            j.require(n.dim() == 0 and int(n) == total, f"seq_len after {which} is {n.tolist()}; expected "
-                      f"{total}, the number of cached positions")
-        j.close(got[-2], torch.cat(ks, dim=2), name="cache.k after the updates", oracle="torch.cat of the keys")
-        j.close(got[-1], torch.cat(vs, dim=2), name="cache.v after the updates", oracle="torch.cat of the values")
-
-    return make_case("KVCache", title, [Call("KVCache", (), steps=tuple(steps))], error_hints(judge), seed=seed)
+    return make_case("KVCache", title, [KV_CACHE.call(zip(ks, vs, strict=True), read_empty=True)],
+                     error_hints(KV_CACHE.judge(ks, vs, dtype, step_tensors)), seed=seed)
 
 
 def _kv_errors(seed: int) -> Case:
@@ -142,9 +118,8 @@ def _kv_errors(seed: int) -> Case:
         "a chunk with B = 1 after B = 2": ((randn(seed + 6, 1, 3, 1, 5), randn(seed + 7, 1, 3, 1, 5)), True),
         "a chunk with G = 2 after G = 3": ((randn(seed + 8, 2, 2, 1, 5), randn(seed + 9, 2, 2, 1, 5)), True),
     }
-    first = Step("update", (k, randn(seed + 10, 2, 3, 4, 5)))
-    calls = [Call("KVCache", (), steps=((first, Step("update", args)) if after else (Step("update", args),)))
-             for args, after in bad.values()]
+    first = (k, randn(seed + 10, 2, 3, 4, 5))
+    calls = [KV_CACHE.updates(first, args) if after else KV_CACHE.updates(args) for args, after in bad.values()]
 
     def judge(j: Judge) -> None:
         expect_value_errors(j, list(bad), HINTS["cache_validate"])

@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 
 from ..call import INT_STEP, Call, Instance, Step
-from ..case import Case, Judge, fmt_dtype
+from ..case import Case, Judge
 from ..evidence import ANY_ORDER
-from ..shared import with_error_hints
+from ..shared import TwoTensorCache, with_error_hints
 from .cases import (
     ATTN_TOL,
     NOTEBOOK,
@@ -30,7 +30,7 @@ from .cases import (
 )
 from .mistakes import HINTS
 
-__all__ = ["absorb_forbidden", "mla_oracle", "mla_state"]
+__all__ = ["LATENT_CACHE", "absorb_forbidden", "mla_oracle", "mla_state"]
 
 # torch's messages for matrix products whose inner sizes do not meet (matmul, bmm, einsum)
 _MATMUL_SHAPES = (r"shapes cannot be multiplied|Expected size for first two dimensions of batch2|"
@@ -110,42 +110,16 @@ def absorb_forbidden(b: int, h: int, dc: int, dn: int, dr: int, dv: int, chunks:
 # ---------------------------------------------------------------------------------------------
 # LatentCache
 # ---------------------------------------------------------------------------------------------
+# the LatentCache contract (its checks' words): tfcourse.checks.shared.TwoTensorCache
+LATENT_CACHE = TwoTensorCache("LatentCache", ("c_kv", "k_rope"), dim=1, layout="(B, P + T, width)",
+                              holds=("latents", "rope keys"), shape_only=True)
+
+
 def _latent_case(title: str, seed: int, dtype: torch.dtype, b: int, dc: int, dr: int, chunks: Sequence[int]) -> Case:
     cs = [randn(seed + 2 * i, b, t, dc, dtype=dtype) for i, t in enumerate(chunks)]
     ks = [randn(seed + 2 * i + 1, b, t, dr, dtype=dtype) for i, t in enumerate(chunks)]
-    steps = [Step("c_kv", attribute=True), Step("k_rope", attribute=True), Step("seq_len", attribute=True)]
-    for c, k in zip(cs, ks, strict=True):
-        steps += [Step("update", (c, k)), Step("seq_len", attribute=True)]
-    steps += [Step("c_kv", attribute=True), Step("k_rope", attribute=True)]
-    count = 3 + 3 * len(chunks) + 2
-
-    def judge(j: Judge) -> None:
-        got = step_tensors(j, 0, count, "the cache's attributes and update results")
-        for i, name in enumerate(("c_kv", "k_rope")):
-            j.require(got[i].numel() == 0, f"cache.{name} before the first update is a tensor of shape "
-                      f"{tuple(got[i].shape)}; expected None")
-        j.require(got[2].dim() == 0 and int(got[2]) == 0, f"seq_len of an empty cache is {got[2].tolist()}; "
-                  "expected 0", hint=j.mistake_hint())
-        total = 0
-        for i, t in enumerate(chunks):
-            total += t
-            c_all, k_all, n = got[3 + 3 * i: 6 + 3 * i]
-            want_c, want_k = torch.cat(cs[: i + 1], dim=1), torch.cat(ks[: i + 1], dim=1)
-            which = f"update {i + 1} (a chunk of {t}, {total - t} cached)"
-            for name, have, want in (("c_kv", c_all, want_c), ("k_rope", k_all, want_k)):
-                j.require(tuple(have.shape) == tuple(want.shape), f"{which} returned {name} of shape "
-                          f"{tuple(have.shape)}; expected (B, P + T, width) = {tuple(want.shape)}",
-                          hint=j.mistake_hint(check_shape_only=True))
-                j.require(have.dtype == dtype, f"{which} returned {name} as {fmt_dtype(have.dtype)}; expected "
-                          f"{fmt_dtype(dtype)}")
-                j.close(have, want, name=f"{which}: returned {name}", oracle="torch.cat of every chunk so far")
-            j.require(n.dim() == 0 and int(n) == total, f"seq_len after {which} is {n.tolist()}; expected {total}, "
-                      "the number of cached positions", hint=j.mistake_hint())
-        j.close(got[-2], torch.cat(cs, dim=1), name="cache.c_kv after the updates", oracle="torch.cat of the latents")
-        j.close(got[-1], torch.cat(ks, dim=1), name="cache.k_rope after the updates",
-                oracle="torch.cat of the rope keys")
-
-    return make_case("LatentCache", title, [Call("LatentCache", (), steps=tuple(steps))], judge, seed=seed)
+    return make_case("LatentCache", title, [LATENT_CACHE.call(zip(cs, ks, strict=True), read_empty=True)],
+                     LATENT_CACHE.judge(cs, ks, dtype, step_tensors), seed=seed)
 
 
 def _latent_errors(seed: int) -> Case:
@@ -159,9 +133,7 @@ def _latent_errors(seed: int) -> Case:
         "a float32 chunk after float64": ((randn(seed + 10, 2, 1, 6, dtype=torch.float32),
                                            randn(seed + 11, 2, 1, 4, dtype=torch.float32)), True),
     }
-    first = Step("update", (c, k))
-    calls = [Call("LatentCache", (), steps=((first, Step("update", args)) if after else (Step("update", args),)))
-             for args, after in bad.values()]
+    calls = [LATENT_CACHE.updates((c, k), args) if after else LATENT_CACHE.updates(args) for args, after in bad.values()]
     return errors_case("LatentCache", "update raises ValueError when c_kv and k_rope differ in B or T, or when B, a "
                        "width or the dtype differ from the cache", calls, list(bad), HINTS["lc_validate"],
                        part="validation")

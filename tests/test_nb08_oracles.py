@@ -24,6 +24,7 @@ from safetensors.torch import save_file
 from transformers import BertConfig, BertModel, LlamaConfig, LlamaForCausalLM
 
 from tfcourse import pretrained as P
+from tfcourse.checks.nb08_real_weights.probes import finish_gguf
 from tfcourse.reference import nb08_real_weights as ref
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -67,10 +68,7 @@ def write_gguf(hf: LlamaForCausalLM, path, quantize: bool) -> None:
             writer.add_tensor(out, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
         else:
             writer.add_tensor(out, w)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_gguf(writer)
 
 
 def dequantized_copy(hf: LlamaForCausalLM) -> None:

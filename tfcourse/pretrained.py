@@ -34,7 +34,7 @@ from tfcourse.reference.nb02_multi_head_attention import MultiHeadAttention
 from tfcourse.reference.nb03_positional_encodings import apply_rope, rope_cos_sin
 from tfcourse.reference.nb04_normalisation import RMSNorm
 from tfcourse.reference.nb05_feed_forward import FeedForward, SwiGLU
-from tfcourse.reference.nb06_kv_cache import KVCache
+from tfcourse.reference.nb06_kv_cache import DecoderLM, KVCache
 from tfcourse.reference.nb07_gqa_mla import GroupedQueryAttention, repeat_kv
 
 __all__ = [
@@ -283,13 +283,9 @@ class LlamaDecoder(nn.Module):
         if tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight  # (V, D): one Parameter, two names
 
-    def forward(self, input_ids: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
-        if caches is not None and len(caches) != len(self.blocks):
-            raise ValueError(f"{len(caches)} caches for {len(self.blocks)} blocks: one per block")
-        x = self.tok_emb(input_ids)  # (B, T, D)
-        for i, block in enumerate(self.blocks):
-            x = block(x, None if caches is None else caches[i])  # (B, T, D)
-        return self.lm_head(self.final_norm(x))  # (B, T, V)
+    # Notebook 06's forward pass as it is: the same submodule names (tok_emb, blocks, final_norm,
+    # lm_head) and the same contract, only the blocks differ (GQA, a SwiGLU of width F).
+    forward = DecoderLM.forward
 
 
 class BertBlock(nn.Module):

@@ -11,7 +11,7 @@ itself; the learner's child process never sees this package.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -92,6 +92,24 @@ def hidden_case(exercise: str, title: str, calls: Sequence[Call], seed: int, *,
         judge = tensors_judge(atol, rtol)
     return Case(exercise, title, list(calls), wrap(judge) if wrap else judge, seed=seed, reference=True,
                 mistakes=mistakes, hidden=True, part=part)
+
+
+def every_tensor_cases(mistakes: Mapping[str, Sequence[Mistake]],
+                       wrap: Callable[[Callable[[Judge], None]], Callable[[Judge], None]],
+                       tolerances: Mapping[torch.dtype, tuple[float, float]],
+                       untyped: tuple[float | None, float | None] = (None, None)) -> Callable[..., Case]:
+    """A notebook's maker of hidden cases whose calls return several tensors (modules with caches,
+    steps): ``make(exercise, title, calls, seed, *, part="core", dtype=None)`` is a
+    :func:`hidden_case` with ``every_tensor``, the exercise's ``mistakes``, the notebook's ``wrap``
+    for error hints, and ``tolerances[dtype]`` for a case drawn in ``dtype`` (``untyped`` for one
+    drawn in no single dtype; ``None``: the dtype's tolerance)."""
+    def make(exercise: str, title: str, calls: list[Call], seed: int, *, part: str = "core",
+             dtype: torch.dtype | None = None) -> Case:
+        atol, rtol = tolerances[dtype] if dtype is not None else untyped
+        return hidden_case(exercise, f"hidden case: {title}", calls, seed, mistakes=mistakes[exercise], part=part,
+                           atol=atol, rtol=rtol, wrap=wrap, every_tensor=True)
+
+    return make
 
 
 def tensors_judge(atol: float | None = None, rtol: float | None = None) -> Callable[[Judge], None]:

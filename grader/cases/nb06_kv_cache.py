@@ -40,7 +40,7 @@ from tfcourse.checks.nb06_kv_cache.sampling import (
 )
 from tfcourse.device import make_generator
 
-from . import HiddenCases, hidden_case, seeded
+from . import HiddenCases, every_tensor_cases, seeded
 
 __all__ = ["HIDDEN", "cases", "hidden_cases"]
 
@@ -55,11 +55,7 @@ def _pick(g: torch.Generator, options: Sequence) -> object:
     return options[int(torch.randint(len(options), (1,), generator=g))]
 
 
-def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, part: str = "core",
-            dtype: torch.dtype | None = None) -> Case:
-    atol, rtol = ATTN_TOL[dtype] if dtype is not None else (None, None)
-    return hidden_case(exercise, f"hidden case: {title}", calls, seed, mistakes=MISTAKES[exercise], part=part,
-                       atol=atol, rtol=rtol, wrap=error_hints, every_tensor=True)
+_hidden = every_tensor_cases(MISTAKES, error_hints, ATTN_TOL)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from tfcourse.checks.nb07_gqa_mla.cases import (
 from tfcourse.checks.nb07_gqa_mla.mla import LATENT_CACHE, absorb_forbidden, mla_state
 from tfcourse.device import make_generator
 
-from . import HiddenCases, hidden_case, seeded
+from . import HiddenCases, every_tensor_cases, seeded
 
 __all__ = ["HIDDEN", "cases", "hidden_cases"]
 
@@ -45,11 +45,7 @@ def _int(g: torch.Generator, low: int, high: int) -> int:
     return int(torch.randint(low, high, (1,), generator=g))
 
 
-def _hidden(exercise: str, title: str, calls: list[Call], seed: int, *, part: str = "core",
-            dtype: torch.dtype | None = None) -> Case:
-    atol, rtol = ATTN_TOL[dtype] if dtype is not None else (0.0, 0.0)
-    return hidden_case(exercise, f"hidden case: {title}", calls, seed, mistakes=MISTAKES[exercise], part=part,
-                       atol=atol, rtol=rtol, wrap=with_errors, every_tensor=True)
+_hidden = every_tensor_cases(MISTAKES, with_errors, ATTN_TOL, (0.0, 0.0))
 
 
 # ---------------------------------------------------------------------------------------------

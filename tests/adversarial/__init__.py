@@ -311,30 +311,27 @@ while time.time() - _t < 2:  # as much output as it can for 2 s
     sys.stderr.write("y" * 100_000 + "\\n")
 @@SOLUTION@@"""
 
-BIG_FILE = """\
-_chunk = b"\\0" * (16 * 2**20)
-try:
-    with open("big.bin", "wb") as _fh:
-        for _ in range(64):  # 1 GiB
-            _fh.write(_chunk)
-    print("BIG-FILE-WRITTEN")
-except OSError as _exc:
-    print("BIG-FILE-STOPPED", _exc)
-@@SOLUTION@@"""
-
-MANY_FILES = """\
+def _disk_filler(paths: str, chunks: int, ok: str, stopped: str) -> str:
+    """A cell that writes ``chunks`` chunks of 16 MiB to each file the Python expression ``paths``
+    yields, then prints ``ok``; when a limit stops it (OSError), it prints ``stopped`` and why."""
+    return f"""\
 import os
 _chunk = b"\\0" * (16 * 2**20)
 try:
-    for _i in range(40):  # 40 files of 128 MiB, each under the file size limit
-        for _where in (".", "/tmp", "/dev/shm"):
-            with open(os.path.join(_where, f"fill{_i}.bin"), "wb") as _fh:
-                for _ in range(8):
-                    _fh.write(_chunk)
-    print("DISK-FILLED")
+    for _path in {paths}:
+        with open(_path, "wb") as _fh:
+            for _ in range({chunks}):
+                _fh.write(_chunk)
+    print("{ok}")
 except OSError as _exc:
-    print("DISK-STOPPED", _exc)
+    print("{stopped}", _exc)
 @@SOLUTION@@"""
+
+
+# one file of 1 GiB; then 40 files of 128 MiB in each writable place, each under the file size limit
+BIG_FILE = _disk_filler('["big.bin"]', 64, "BIG-FILE-WRITTEN", "BIG-FILE-STOPPED")
+MANY_FILES = _disk_filler('(os.path.join(_where, f"fill{_i}.bin") for _i in range(40) for _where in (".", "/tmp", "/dev/shm"))',
+                          8, "DISK-FILLED", "DISK-STOPPED")
 
 FAKE_EQUAL_OBJECT = """\
 class AlwaysEqual:

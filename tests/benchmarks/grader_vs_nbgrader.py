@@ -105,10 +105,15 @@ def alternate(names: list[str], repeats: int,
     return times, cpu
 
 
-def timing_cells(name: str, wall: list[float], cpu: list[float]) -> str:
-    """A table row's first cells: the command, its wall median and min–max, its CPU median."""
-    return (f"| `{name}` | {statistics.median(wall):.1f} | {min(wall):.1f}–{max(wall):.1f} | "
-            f"{statistics.median(cpu):.1f} |")
+def timing_table(times: dict[str, list[float]], cpu: dict[str, list[float]], headers: list[str],
+                 cells: Callable[[str, list[float]], list[str]]) -> None:
+    """Print a Markdown table, one row per command: its wall median and min–max, its CPU median,
+    then the columns ``headers`` with ``cells(name, wall times)``."""
+    print("| " + " | ".join(["command", "wall median (s)", "wall min–max (s)", "CPU median (s)", *headers]) + " |")
+    print("|---|" + "---:|" * (3 + len(headers)))
+    for name, wall in times.items():
+        print(f"| `{name}` | {statistics.median(wall):.1f} | {min(wall):.1f}–{max(wall):.1f} | "
+              f"{statistics.median(cpu[name]):.1f} | " + " | ".join(cells(name, wall)) + " |")
 
 
 def filled_in(released, source_nb):
@@ -213,13 +218,10 @@ def main(argv: list[str] | None = None) -> int:
               "warm-up, alternating. Wall: wall clock of the whole command; CPU: user + system time of "
               "the command and the processes it started. Ratios are to `python -m grader`: of the "
               "medians, and the median of the per-repeat ratios (each pair ran back to back).\n")
-        print("| command | wall median (s) | wall min–max (s) | CPU median (s) | wall ratio of medians "
-              "| wall ratio, median per repeat | CPU ratio of medians |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
-        for name, ts in times.items():
-            paired = statistics.median(t / b for t, b in zip(ts, base, strict=True))
-            print(f"{timing_cells(name, ts, cpu[name])} {statistics.median(ts) / statistics.median(base):.2f} | "
-                  f"{paired:.2f} | {statistics.median(cpu[name]) / statistics.median(base_cpu):.2f} |")
+        timing_table(times, cpu, ["wall ratio of medians", "wall ratio, median per repeat", "CPU ratio of medians"],
+                     lambda name, ts: [f"{statistics.median(ts) / statistics.median(base):.2f}",
+                                       f"{statistics.median(t / b for t, b in zip(ts, base, strict=True)):.2f}",
+                                       f"{statistics.median(cpu[name]) / statistics.median(base_cpu):.2f}"])
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from grader_vs_nbgrader import alternate, environment, machine, run, timing_cells  # noqa: E402
+from grader_vs_nbgrader import alternate, environment, machine, run, timing_table  # noqa: E402
 
 NB1, NB2 = "01_attention", "02_multi_head_attention"
 EXPECTED = {  # (assignment, student) -> (ours, nbgrader's)
@@ -106,13 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Machine: {machine()}\n")
         print(f"3 students x 2 notebooks (6 submissions), {args.repeats} timed runs of each after one warm-up, "
               f"alternating. Ratios are to `{order[0]}` (medians).\n")
-        print("| command | wall median (s) | wall min–max (s) | CPU median (s) | wall ratio | CPU ratio | "
-              "hostile's notebook 01 |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
-        for name, ts in times.items():
-            hostile = EXPECTED[(NB1, "hostile")][commands[name][2]]
-            print(f"{timing_cells(name, ts, cpu[name])} {statistics.median(ts) / base:.2f} | "
-                  f"{statistics.median(cpu[name]) / base_cpu:.2f} | {hostile}/10 |")
+        timing_table(times, cpu, ["wall ratio", "CPU ratio", "hostile's notebook 01"],
+                     lambda name, ts: [f"{statistics.median(ts) / base:.2f}",
+                                       f"{statistics.median(cpu[name]) / base_cpu:.2f}",
+                                       f"{EXPECTED[(NB1, 'hostile')][commands[name][2]]}/10"])
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -142,6 +142,15 @@ def _gguf_name(hf: str) -> str:
 
 
 @functools.cache
+def finish_gguf(writer) -> None:
+    """Write a ``gguf.GGUFWriter``'s header, metadata and tensors to its file, in the order gguf
+    requires, and close it."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def tiny_gguf(config: str = "tied", seed: int = 0, quantized: bool = True, drop: str = "",
               reshape: str = "") -> str:
     """Write a tiny llama GGUF file (see the module docstring) and return its path (a str).
@@ -181,10 +190,7 @@ def tiny_gguf(config: str = "tied", seed: int = 0, quantized: bool = True, drop:
             writer.add_tensor(name, gguf.quants.quantize(array, q8), raw_dtype=q8)
         else:
             writer.add_tensor(name, array)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_gguf(writer)
     return str(path)
 
 

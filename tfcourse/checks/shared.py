@@ -137,7 +137,8 @@ class TwoTensorCache:
             for i, t in enumerate(chunks):
                 total += t
                 which = f"update {i + 1} (a chunk of {t}, {total - t} cached)"
-                wants = (torch.cat(firsts[: i + 1], dim=self.dim), torch.cat(seconds[: i + 1], dim=self.dim))
+                wants = (torch.cat(list(firsts[: i + 1]), dim=self.dim),
+                         torch.cat(list(seconds[: i + 1]), dim=self.dim))
                 for name, have, want in zip(self.names, got[3 + 3 * i: 5 + 3 * i], wants, strict=True):
                     j.require(tuple(have.shape) == tuple(want.shape), f"{which} returned {name} of shape "
                               f"{tuple(have.shape)}; expected {self.layout} = {tuple(want.shape)}",
@@ -149,7 +150,7 @@ class TwoTensorCache:
                 j.require(n.dim() == 0 and int(n) == total, f"seq_len after {which} is {n.tolist()}; expected "
                           f"{total}, the number of cached positions")
             for name, have, parts, holds in zip(self.names, got[-2:], (firsts, seconds), self.holds, strict=True):
-                j.close(have, torch.cat(parts, dim=self.dim), name=f"cache.{name} after the updates",
+                j.close(have, torch.cat(list(parts), dim=self.dim), name=f"cache.{name} after the updates",
                         oracle=f"torch.cat of the {holds}")
 
         return judge

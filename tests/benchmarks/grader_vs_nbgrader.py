@@ -39,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib.metadata import version
 from pathlib import Path
 
@@ -105,15 +105,22 @@ def alternate(names: list[str], repeats: int,
     return times, cpu
 
 
-def timing_table(times: dict[str, list[float]], cpu: dict[str, list[float]], headers: list[str],
-                 cells: Callable[[str, list[float]], list[str]]) -> None:
-    """Print a Markdown table, one row per command: its wall median and min–max, its CPU median,
-    then the columns ``headers`` with ``cells(name, wall times)``."""
-    print("| " + " | ".join(["command", "wall median (s)", "wall min–max (s)", "CPU median (s)", *headers]) + " |")
-    print("|---|" + "---:|" * (3 + len(headers)))
+def timing_table(intro: str, times: dict[str, list[float]], cpu: dict[str, list[float]], base: str,
+                 headers: Sequence[str] = (), cells: Callable[[str, list[float]], list[str]] = lambda *_: []) -> None:
+    """Print the machine, ``intro`` (what was timed, how often), then a Markdown table, one row per
+    command: its wall median and min–max, its CPU median, the ratios of its wall and CPU medians to
+    those of the command ``base``, then the columns ``headers`` with ``cells(name, wall times)``."""
+    print(f"Machine: {machine()}\n")
+    print(intro + "\n")
+    print("| " + " | ".join(["command", "wall median (s)", "wall min–max (s)", "CPU median (s)",
+                             f"wall ratio to `{base}`", "CPU ratio", *headers]) + " |")
+    print("|---|" + "---:|" * (5 + len(headers)))
+    base_wall, base_cpu = statistics.median(times[base]), statistics.median(cpu[base])
     for name, wall in times.items():
-        print(f"| `{name}` | {statistics.median(wall):.1f} | {min(wall):.1f}–{max(wall):.1f} | "
-              f"{statistics.median(cpu[name]):.1f} | " + " | ".join(cells(name, wall)) + " |")
+        row = [f"`{name}`", f"{statistics.median(wall):.1f}", f"{min(wall):.1f}–{max(wall):.1f}",
+               f"{statistics.median(cpu[name]):.1f}", f"{statistics.median(wall) / base_wall:.2f}",
+               f"{statistics.median(cpu[name]) / base_cpu:.2f}", *cells(name, wall)]
+        print("| " + " | ".join(row) + " |")
 
 
 def filled_in(released, source_nb):
@@ -163,13 +170,23 @@ def machine() -> str:
             f"ipykernel {version('ipykernel')}; {platform.system()} {platform.release()}")
 
 
+def repeats_option(parser: argparse.ArgumentParser, default: int) -> None:
+    """Add ``--repeats``: how many timed runs of each command, a whole number >= 1."""
+    def at_least_one(text: str) -> int:
+        n = int(text) if text.isdigit() else 0
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{text} is not a whole number >= 1")
+        return n
+
+    parser.add_argument("--repeats", type=at_least_one, default=default,
+                        help=f"timed runs of each command (default: {default})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs of each command (default: 5)")
+    repeats_option(parser, 5)
     parser.add_argument("--keep", type=Path, help="build the course directory here and keep it")
     args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error("--repeats must be >= 1")
 
     tmp = Path(tempfile.mkdtemp(prefix="grader-vs-nbgrader-"))
     try:
@@ -212,16 +229,13 @@ def main(argv: list[str] | None = None) -> int:
 
         times, cpu = alternate(list(commands), args.repeats, measure)
 
-        base, base_cpu = times["python -m grader"], cpu["python -m grader"]
-        print(f"Machine: {machine()}\n")
-        print(f"One correct notebook-01 submission, {args.repeats} timed runs of each command after one "
-              "warm-up, alternating. Wall: wall clock of the whole command; CPU: user + system time of "
-              "the command and the processes it started. Ratios are to `python -m grader`: of the "
-              "medians, and the median of the per-repeat ratios (each pair ran back to back).\n")
-        timing_table(times, cpu, ["wall ratio of medians", "wall ratio, median per repeat", "CPU ratio of medians"],
-                     lambda name, ts: [f"{statistics.median(ts) / statistics.median(base):.2f}",
-                                       f"{statistics.median(t / b for t, b in zip(ts, base, strict=True)):.2f}",
-                                       f"{statistics.median(cpu[name]) / statistics.median(base_cpu):.2f}"])
+        base = times["python -m grader"]
+        timing_table(f"One correct notebook-01 submission, {args.repeats} timed runs of each command after "
+                     "one warm-up, alternating. Wall: wall clock of the whole command; CPU: user + system "
+                     "time of the command and the processes it started. Ratios: of the medians, and the "
+                     "median of the per-repeat ratios (each pair ran back to back).",
+                     times, cpu, "python -m grader", ["wall ratio, median per repeat"],
+                     lambda name, ts: [f"{statistics.median(t / b for t, b in zip(ts, base, strict=True)):.2f}"])
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

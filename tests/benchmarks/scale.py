@@ -130,7 +130,7 @@ def nbgrader_full(tmp: Path, notebooks: list[str]) -> tuple[list[list[str]], Pat
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=2, help="timed runs of each command (default: 2)")
+    gvn.repeats_option(p, 2)
     p.add_argument("--class-size", type=int, default=32, help="submissions in tables 2 and 3 (default: 32)")
     p.add_argument("--tables", default="123",
                    help="which tables to run: 1, 2, 3 (default: 123); n: only the nbgrader row of table 1; "

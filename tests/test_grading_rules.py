@@ -150,6 +150,27 @@ def test_in_the_notebook_too_only_the_callees_that_still_fail_stand_in():
     assert text.startswith("✓") and "course's `repeat_kv` in place" in text and "GroupedQueryAttention" not in text, text
 
 
+def test_a_cache_that_writes_into_its_inputs_does_not_cost_generate():
+    """A KVCache that caches copies and then zeroes the k and v it was given is noted, not scored
+    (docs/grading.md), and must not make a correct generate fail: the probe model that checks
+    generate hands every layer's cache tensors of its own (a view of its token ids once made the
+    next layer read zeros, and generate lost 3 points for the cache's write)."""
+    from tests.catalogue.nb06_kv_cache import KV_CORRECT
+    from tfcourse.checks import nb06_kv_cache
+
+    (entry,) = [e for e in KV_CORRECT if "zeroed in place" in e.name]
+    nb = load_course()["06_kv_cache"]
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(nb.setup, namespace)
+    for name, source in nb.solutions:
+        exec(entry.source if name == "KVCache" else source, namespace)
+    for check, obj in (("check_KVCache", "KVCache"), ("check_generate", "generate")):
+        printed = io.StringIO()
+        with redirect_stdout(printed):
+            getattr(nb06_kv_cache, check)(namespace[obj])
+        assert printed.getvalue().startswith("✓"), printed.getvalue()
+
+
 # ---------------------------------------------------------------------------------------------
 # submissions: the solutions notebook with some cells replaced or added
 # ---------------------------------------------------------------------------------------------

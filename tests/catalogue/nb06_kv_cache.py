@@ -190,6 +190,11 @@ class KVCache:
         self.v = torch.cat(self.value_chunks, dim=-2)
         return self.k, self.v
 '''),
+    # Writing into its arguments is noted, not scored (docs/grading.md); the probe model that checks
+    # generate gives every layer's cache fresh tensors, so generate keeps its points too.
+    _e("copies cached, then k and v zeroed in place (a note, no points lost)", _variant(
+        _KV, ("            self.k, self.v = k, v", "            self.k, self.v = k.clone(), v.clone()"),
+        ("        return self.k, self.v", "        k.zero_()\n        v.zero_()\n        return self.k, self.v"))),
 ]
 
 

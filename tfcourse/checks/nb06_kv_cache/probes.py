@@ -86,7 +86,8 @@ class ProbeLM(nn.Module):
         for i, cache in enumerate(caches):
             past = int(cache.seq_len)
             positions = torch.arange(past, past + t, dtype=torch.float64, device=input_ids.device)
-            k = tokens[:, None, :, None]  # (B, 1, T, 1): the token ids
+            k = tokens[:, None, :, None].clone()  # (B, 1, T, 1): the token ids (copies, as v: a cache
+            # that writes into its inputs gets a note in its own check and must not change the next layer's)
             v = positions.expand(b, t)[:, None, :, None].clone()  # (B, 1, T, 1): their positions
             k_all, v_all = cache.update(k, v)  # (B, 1, S, 1) each: the whole history
             x, p = k_all.reshape(b, -1), v_all.reshape(b, -1)  # (B, S)

@@ -33,6 +33,11 @@ def _exit_without_teardown() -> None:
 
 if __name__ == "__main__":
     atexit.register(_exit_without_teardown)
+    # nbformat (the notebooks) imports jsonschema, which imports its optional IRI format checker
+    # rfc3987_syntax when installed (jupyter-events' jsonschema[format-nongpl] installs it): 39 lark
+    # grammars compiled, about 2 s of every command. No schema the grader validates checks an IRI
+    # format, so this process skips it (jsonschema then has no "iri" checker, as without the extra).
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 from .isolation.limits import Limits  # noqa: E402  (both light: torch is imported later)
 from .names import DEFAULT_SEED  # noqa: E402
@@ -66,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
                         f"and resident memory of all of them together (default: {d.memory_mb} on CPU, none with CUDA)")
     p.add_argument("--output", type=int, default=d.output_kb, metavar="KIB",
                    help=f"learner output kept per notebook, KiB; the rest is discarded (default: {d.output_kb})")
-    p.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded in parallel (default: 1)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded in parallel, or the notebooks of a single submission (default: 1)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="grade on a Dask distributed cluster (e.g. tcp://10.0.0.5:8786), one task per "
                         "submission; default: this machine (see docs/scale.md)")
@@ -147,7 +152,7 @@ def _start_zygotes(args: argparse.Namespace, count: int, strict: bool) -> None:
     from .isolation import fastpath, sandbox
 
     try:
-        fastpath.prestart(min(args.jobs, count), sandbox.choose(strict=strict), "cpu")
+        fastpath.prestart(fastpath.zygotes_for(args.jobs, count), sandbox.choose(strict=strict), "cpu")
     except Exception:  # noqa: BLE001 - reported by sandbox.choose below
         return
 

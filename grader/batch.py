@@ -148,13 +148,17 @@ def grade_batch(submissions: list[str], *, notebooks: list[str] | None = None, d
 
     limits = limits or Limits()
     if scheduler is None:
+        # one submission: its notebooks side by side; more: the submissions side by side
+        per_submission = jobs if len(submissions) == 1 else 1
+
         def grade(s: str) -> SubmissionRow:
-            return grade_submission(s, notebooks=notebooks, device=device, limits=limits, seed=seed)
+            return grade_submission(s, notebooks=notebooks, device=device, limits=limits, seed=seed,
+                                    jobs=per_submission)
 
         from .isolation import fastpath, sandbox
 
         # the zygotes import torch while this process draws the cases and runs the reference
-        fastpath.prestart(min(jobs, len(submissions)), sandbox.choose(), device)
+        fastpath.prestart(fastpath.zygotes_for(jobs, len(submissions)), sandbox.choose(), device)
         if on_row is not None:
             return _grade_here_each(submissions, grade, notebooks, jobs, quiet, on_row)
         if len(submissions) == 1:

@@ -113,3 +113,17 @@ def test_single_ipynb_and_the_pytest_entry_point(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "pytest", "grader", "--submission", "notebooks", "-q",
                           "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert bad.returncode == 1 and "not_attempted" in bad.stdout
+
+
+def test_a_command_skips_jsonschemas_iri_grammars(tmp_path):
+    """nbformat's jsonschema would compile rfc3987_syntax's lark grammars (about 2 s of every
+    command, issue 30); the grading process leaves that optional checker out, and still reads and
+    grades notebooks."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "grader", "solutions", "--notebooks",
+                           "01_attention", "--json", str(tmp_path / "r.json")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "nbformat" in imported and "lark" not in imported
+    (row,) = json.loads((tmp_path / "r.json").read_text())["submissions"]
+    assert row["score"] == row["max_score"] > 0

@@ -271,6 +271,41 @@ def test_a_hostile_notebook_does_not_change_the_next_one_graded_by_the_same_zygo
     assert _same(rows[-1]) == _same(local_rows[0])
 
 
+def test_one_submission_with_jobs_grades_its_notebooks_side_by_side_with_the_same_rows(tmp_path, monkeypatch, mode):
+    """--jobs 2 on a single submission grades two of its notebooks at a time (issue 30: one
+    submission on both cores); the rows are those of --jobs 1, in the course's order."""
+    import grader.grading as grading
+    from grader.batch import grade_batch
+
+    names = ["01_attention", "02_multi_head_attention", "04_normalisation"]
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    for name, source in zip(names, (SOLUTIONS, SOLUTIONS, NOTEBOOKS), strict=True):  # 04 untouched
+        shutil.copy(source / f"{name}.ipynb", sub)
+    one = grade_batch([str(sub)], notebooks=names, limits=LIMITS, quiet=True, jobs=1)
+
+    running, most, lock = [0], [0], threading.Lock()
+    grade_notebook = grading.grade_notebook
+
+    def counted(*args, **kwargs):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            time.sleep(0.5)  # let the other thread start its notebook
+            return grade_notebook(*args, **kwargs)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(grading, "grade_notebook", counted)
+    two = grade_batch([str(sub)], notebooks=names, limits=LIMITS, quiet=True, jobs=2)
+    assert most[0] == 2
+    assert [n["notebook"] for n in two[0]["notebooks"]] == names
+    assert [n["status"] for n in two[0]["notebooks"]] == ["graded", "graded", "graded"]
+    assert _same(two) == _same(one)
+
+
 def test_zygote_refuses_to_fork_with_threads_or_shared_memory():
     code = ("import sys, threading, mmap; sys.path.insert(0, 'grader/isolation'); import zygote;"
             "assert zygote.unsafe_to_fork() == '', zygote.unsafe_to_fork();"

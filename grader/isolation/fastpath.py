@@ -273,6 +273,13 @@ def _give_up(why: str) -> None:
               f"interpreter (slower, same isolation); see `python -m grader --doctor`", file=sys.stderr)
 
 
+def zygotes_for(jobs: int, submissions: int) -> int:
+    """The fast path's zygotes a local grading uses: one per grading thread, that is ``jobs``
+    (one submission's notebooks, or submissions, graded ``jobs`` at a time), fewer when there are
+    fewer submissions than that (but at least one)."""
+    return max(1, jobs if submissions == 1 else min(jobs, submissions))
+
+
 def prestart(n: int, box: sandbox.Sandbox, device: str = "cpu") -> None:
     """Start up to ``n`` zygotes in the background (their torch import overlaps the grading
     process's own work); the first child waits for one only if none is ready yet."""

@@ -289,13 +289,14 @@ def _targets(args: argparse.Namespace, tmp: Path, one: list[str], notebooks: lis
             time.sleep(5 if loaded else 0)
             state = f"{busy} busy loops" if loaded else "no extra load"
             print(f"\nload average before the {state} rows: {load()}", file=sys.stderr)
-            times = alternate({"grader": (one, env, report), "nbgrader": nbgrader}, args.repeats)
+            times = alternate({"grader": (one, env, report), "grader --jobs 2": ([*one, "--jobs", "2"], env, report),
+                               "nbgrader": nbgrader}, args.repeats)
         finally:
             _stop(procs)
-        g, n = statistics.median(times["grader"]), statistics.median(times["nbgrader"])
+        g, g2, n = (statistics.median(times[k]) for k in ("grader", "grader --jobs 2", "nbgrader"))
         row(f"one full submission, {state} (load at the end {load()})",
-            f"grader {g:.1f} s (min–max {min(times['grader']):.1f}–{max(times['grader']):.1f}); "
-            f"nbgrader {n:.1f} s; ratio {n / g:.1f}×")
+            f"grader {g:.1f} s (min–max {min(times['grader']):.1f}–{max(times['grader']):.1f}), with --jobs 2 "
+            f"(two notebooks at a time) {g2:.1f} s; nbgrader {n:.1f} s; ratio {n / g:.1f}×, {n / g2:.1f}× with --jobs 2")
         return g, n
 
     if "c" in args.rows and "q" not in args.rows:

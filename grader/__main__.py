@@ -71,7 +71,8 @@ def _parser() -> argparse.ArgumentParser:
                         f"and resident memory of all of them together (default: {d.memory_mb} on CPU, none with CUDA)")
     p.add_argument("--output", type=int, default=d.output_kb, metavar="KIB",
                    help=f"learner output kept per notebook, KiB; the rest is discarded (default: {d.output_kb})")
-    p.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded in parallel, or the notebooks of a single submission (default: 1)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="submissions graded in parallel, or the notebooks of a single submission (default: 1)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="grade on a Dask distributed cluster (e.g. tcp://10.0.0.5:8786), one task per "
                         "submission; default: this machine (see docs/scale.md)")

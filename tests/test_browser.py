@@ -176,8 +176,12 @@ def _kernel_idle(page, timeout_s: float) -> None:
         timeout=timeout_s * 1000)
 
 
+CODE_CELLS = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-CodeCell"
+FIGURE_TIMEOUT_S = 60
+
+
 def _code_cells(page):
-    return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-CodeCell")
+    return page.locator(CODE_CELLS)
 
 
 def _prompts(page) -> list[str]:
@@ -275,10 +279,19 @@ def test_learner_notebook_in_jupyterlab(notebook, lab, page):
         cells.nth(first_check).screenshot(path=str(page.shots / "first-check-after-run-all.png"))  # kept
 
     with step(page, "7-figures"):
-        images = cells.evaluate_all("cells => cells.map(c => c.querySelectorAll('.jp-OutputArea img').length)")
-        blank = [code[i].source.splitlines()[0] for i, n in enumerate(images)
-                 if FIGURE_CELL.search(code[i].source) and n == 0]
-        assert not blank, f"figure cells that show no image: {blank}"
+        # a widget cell's figure comes through the widget manager's comm messages, which can be
+        # rendered seconds after the kernel went idle on a loaded machine (a CI run saw 05's first
+        # widget cell blank 1 s after idle): wait for every figure cell's image, then name the blank
+        figure_cells = [i for i, c in enumerate(code) if FIGURE_CELL.search(c.source)]
+        count_images = "cells => cells.map(c => c.querySelectorAll('.jp-OutputArea img').length)"
+        with contextlib.suppress(sync_api.TimeoutError):
+            page.wait_for_function(
+                "([selector, wanted]) => { const cells = [...document.querySelectorAll(selector)];"
+                " return wanted.every(i => cells[i] && cells[i].querySelector('.jp-OutputArea img')); }",
+                arg=[CODE_CELLS, figure_cells], timeout=FIGURE_TIMEOUT_S * 1000)
+        images = cells.evaluate_all(count_images)
+        blank = [code[i].source.splitlines()[0] for i in figure_cells if images[i] == 0]
+        assert not blank, f"figure cells that show no image {FIGURE_TIMEOUT_S} s after Run All: {blank}"
 
     widget_cells = [i for i, c in enumerate(code) if "interactive_plot(" in c.source]
     for i in widget_cells:

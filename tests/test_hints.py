@@ -141,3 +141,52 @@ def test_hint_coverage_and_no_misleading_hint():
     assert not misleading, "hints that name another mistake:\n" + "\n".join(misleading)
     assert coverage >= MIN_COVERAGE, f"only {coverage:.0%} of the wrong entries get their hint"
 
+
+
+def test_a_failing_check_works_out_its_lazy_hint_and_a_passing_one_does_not():
+    """``hint=lambda: ...`` runs only when the check fails; None from it falls back to the catalogue."""
+    x = torch.arange(3.0)
+    calls = [Call("f", (x,))]
+    ran = []
+
+    def judge(j: Judge) -> None:
+        j.require(True, "never shown", hint=lambda: ran.append("passing") or "unused")
+        j.close(j.tensor(), x * 3, hint=lambda: ran.append("failing") or None)
+
+    case = Case("f", "title", calls, judge, mistakes=[Mistake("double", "doubled", _double)])
+    result = judge_case(case, [run_call(c, {"f": _double}) for c in calls])
+    assert ran == ["failing"]
+    assert result.status == "failed" and "hint: doubled" in result.message, result.message
+
+
+def _hidden_and_visible_cases():
+    from grader.build import SOLUTIONS
+    from grader.cases import cases_for
+    from grader.course import load_course
+    from grader.names import DEFAULT_SEED
+
+    assert SOLUTIONS.is_dir()
+    for name, notebook in load_course().items():
+        for exercise in notebook.exercises:
+            yield name, exercise.name, cases_for(name, exercise.name, DEFAULT_SEED)
+
+
+def test_the_reference_passes_every_case_without_running_the_catalogue(monkeypatch):
+    """A passing answer costs no hint: judging the reference's own outcomes (every visible and
+    hidden case of the course) never runs a catalogued mistake. Before hints were lazy, each
+    ``hint=j.mistake_hint()`` argument ran the catalogue on every case, failing or not: about 6 s
+    of a full submission's grading."""
+    from grader.expected import reference_outcomes_of
+
+    def no_catalogue(self, mistake, call):
+        raise AssertionError(f"{self.case.exercise}: the catalogue ran ({mistake.name}) on a passing case")
+
+    monkeypatch.setattr(Judge, "_mistake_outcome", no_catalogue)
+    judged = 0
+    for notebook, exercise, cases in _hidden_and_visible_cases():
+        for case in cases:
+            outcomes = reference_outcomes_of(notebook, case)
+            result = judge_case(case, outcomes, outcomes)
+            assert result.status == "passed", f"{notebook} {exercise}: {case.title}: {result.message}"
+            judged += bool(case.mistakes)
+    assert judged > 100, judged  # cases with a catalogue to run: the check above can fail

@@ -136,7 +136,8 @@ def tensors_judge(atol: float | None = None, rtol: float | None = None) -> Calla
             for index, (got, want) in enumerate(zip(o.tensors, exp.tensors, strict=True)):
                 name = f"result {index + 1}" if len(exp.tensors) > 1 else "output"
                 j.require(tuple(got.shape) == tuple(want.shape), f"{name} has shape {tuple(got.shape)}; expected "
-                          f"{tuple(want.shape)}", hint=j.mistake_hint(call, index, check_shape_only=True), call=call)
+                          f"{tuple(want.shape)}", call=call,
+                          hint=lambda call=call, index=index: j.mistake_hint(call, index, check_shape_only=True))
                 j.require(got.dtype == want.dtype, f"{name} is {fmt_dtype(got.dtype)}; expected "
                           f"{fmt_dtype(want.dtype)}", call=call)
                 j.close(got, want, name=name, atol=atol, rtol=rtol, call=call, index=index, oracle="reference")

@@ -24,7 +24,7 @@ import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import torch
 
@@ -32,6 +32,15 @@ from .call import Call, run_call
 from .hints import Mistake, same_outcome
 from .outcome import FORBIDDEN_SHAPE, MODIFIED_INPUT, NO_GRADIENT, Outcome
 from .tolerance import tolerance
+
+#: A failure's hint: the text, or a function giving it (or None) that runs only when the check
+#: fails. ``hint=lambda: j.mistake_hint()`` keeps a passing answer from running every catalogued
+#: mistake just to compute a hint nobody reads.
+Hint = str | Callable[[], str | None] | None
+
+
+def _resolved(hint: Hint) -> str | None:
+    return hint() if callable(hint) else hint
 
 __all__ = ["MAX_LINES", "Case", "CaseResult", "CheckFailed", "Judge", "fmt_dtype", "fmt_num", "fmt_shape",
            "judge_case", "not_a_python_int"]
@@ -128,9 +137,10 @@ class Judge:
         self._mistake_outcomes: dict[tuple[str, int, int], Outcome] = {}  # catalogue runs, per call
 
     # -- failing ---------------------------------------------------------------------------
-    def fail(self, *lines: str, hint: str | None = None, call: int | None = None) -> NoReturn:
+    def fail(self, *lines: str, hint: Hint = None, call: int | None = None) -> NoReturn:
         """Fail the case with ``lines`` (and ``hint``); ``call``: the call the failure is about, whose
         inputs the ``inputs:`` line then shows (by default the first call's)."""
+        hint = _resolved(hint)
         body = [f"✗ {self.case.exercise}: {self.case.title}", f"  inputs: {self.case.inputs(call)}"]
         body += [f"  {line}" for line in lines if line]
         if hint:
@@ -140,11 +150,13 @@ class Judge:
             body = keep + ([body[-1]] if hint else [])
         raise CheckFailed("\n".join(body))
 
-    def require(self, condition: bool, *lines: str, hint: str | None = None, call: int | None = None) -> None:
-        """Fail with ``lines`` unless ``condition``; use the mistake catalogue when no hint given.
-        ``call``: the call the condition is about (its inputs are shown, its catalogue hint used)."""
+    def require(self, condition: bool, *lines: str, hint: Hint = None, call: int | None = None) -> None:
+        """Fail with ``lines`` unless ``condition``; use the mistake catalogue when no hint is given
+        (or a function given as the hint returns None). ``call``: the call the condition is about
+        (its inputs are shown, its catalogue hint used)."""
         if not condition:
-            self.fail(*lines, hint=hint if hint is not None else self.mistake_hint(call or 0), call=call)
+            text = _resolved(hint)
+            self.fail(*lines, hint=text if text is not None else self.mistake_hint(call or 0), call=call)
 
     # -- reading outcomes ------------------------------------------------------------------
     def raised(self, call: int = 0) -> Outcome | None:
@@ -199,7 +211,7 @@ class Judge:
     # -- comparing -------------------------------------------------------------------------
     def close(self, actual: torch.Tensor, expected: torch.Tensor, *, name: str = "output",
               atol: float | None = None, rtol: float | None = None, call: int | None = None, index: int = 0,
-              hint: str | None = None, oracle: str = "expected", tol_dtype: torch.dtype | None = None,
+              hint: Hint = None, oracle: str = "expected", tol_dtype: torch.dtype | None = None,
               worst: str = "absolute") -> None:
         """Fail unless ``actual`` matches ``expected`` (shape first, then values, NaN-aware).
 
@@ -212,9 +224,13 @@ class Judge:
         if worst not in ("absolute", "relative"):
             raise ValueError(f"worst must be 'absolute' or 'relative', got {worst!r}")
         at = call or 0
+
+        def why(**how: Any) -> str | None:  # the hint, worked out only once a comparison fails
+            return _resolved(hint) or self.mistake_hint(at, index, **how)
+
         if tuple(actual.shape) != tuple(expected.shape):
             self.fail(f"{name} has shape {fmt_shape(actual.shape)}; expected {fmt_shape(expected.shape)}",
-                      hint=hint or self.mistake_hint(at, index, check_shape_only=True), call=call)
+                      hint=lambda: why(check_shape_only=True), call=call)
         tol_dtype = tol_dtype or (expected.dtype if expected.is_floating_point() else actual.dtype)
         d_atol, d_rtol = tolerance(tol_dtype)
         atol = d_atol if atol is None else atol
@@ -226,7 +242,7 @@ class Judge:
                 idx = tuple(int(i) for i in wrong.nonzero()[0])
                 self.fail(f"{name} shape {fmt_shape(actual.shape)} ✓; {int(wrong.sum())} of {a.numel()} "
                           f"entries differ, first at {list(idx)}: got {bool(a[idx])}, {oracle} {bool(e[idx])}",
-                          hint=hint or self.mistake_hint(at, index, atol=atol, rtol=rtol), call=call)
+                          hint=lambda: why(atol=atol, rtol=rtol), call=call)
             return
         a = actual.detach().to(torch.float64)
         e = expected.detach().to(torch.float64)
@@ -235,7 +251,7 @@ class Judge:
             idx = tuple(int(i) for i in (nan_a & ~nan_e).nonzero()[0])
             self.fail(f"{name} shape {fmt_shape(actual.shape)} ✓; it holds NaN at {list(idx)} "
                       f"where {oracle} is {fmt_num(float(e[idx]))}",
-                      hint=hint or self.mistake_hint(at, index, atol=atol, rtol=rtol), call=call)
+                      hint=lambda: why(atol=atol, rtol=rtol), call=call)
         both_inf = torch.isinf(a) & torch.isinf(e) & (torch.sign(a) == torch.sign(e))
         diff = torch.where(both_inf | (nan_a & nan_e), torch.zeros_like(a), (a - e).abs())
         diff = torch.nan_to_num(diff, nan=math.inf, posinf=math.inf)  # inf stays inf (not float max)
@@ -252,7 +268,7 @@ class Judge:
                 f"{name} shape {fmt_shape(actual.shape)} ✓; {where} "
                 f"at {list(idx)}: got {fmt_num(float(a[idx]))}, {oracle} {fmt_num(float(e[idx]))}",
                 f"tolerance: atol {atol:g} + rtol {rtol:g}·|{oracle}| ({fmt_dtype(tol_dtype)})",
-                hint=hint or self.mistake_hint(at, index, atol=atol, rtol=rtol), call=call,
+                hint=lambda: why(atol=atol, rtol=rtol), call=call,
             )
 
     def match_reference(self, *, n: int = 1, names: Sequence[str] | None = None,

@@ -142,7 +142,7 @@ class TwoTensorCache:
                 for name, have, want in zip(self.names, got[3 + 3 * i: 5 + 3 * i], wants, strict=True):
                     j.require(tuple(have.shape) == tuple(want.shape), f"{which} returned {name} of shape "
                               f"{tuple(have.shape)}; expected {self.layout} = {tuple(want.shape)}",
-                              hint=j.mistake_hint(check_shape_only=True) if self.shape_only else None)
+                              hint=(lambda: j.mistake_hint(check_shape_only=True)) if self.shape_only else None)
                     j.require(have.dtype == dtype, f"{which} returned {name} as {fmt_dtype(have.dtype)}; expected "
                               f"{fmt_dtype(dtype)}{self.dtype_note}")
                     j.close(have, want, name=f"{which}: returned {name}", oracle="torch.cat of every chunk so far")

@@ -132,7 +132,7 @@ def _bucket_judge(bidirectional: bool, num_buckets: int, max_distance: int, call
             idx = tuple(int(i) for i in wrong[0])
             j.fail(f"{len(wrong)} of {got.numel()} buckets differ; first at relative_position = "
                    f"{int(rel[idx])}: got {int(got[idx])}, expected {int(want[idx])}",
-                   hint=j.mistake_hint(call))
+                   hint=lambda: j.mistake_hint(call))
     return judge
 
 

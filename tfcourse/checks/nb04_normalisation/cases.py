@@ -147,7 +147,7 @@ def _norm_case(exercise: str, title: str, x: torch.Tensor, weight: torch.Tensor,
         atol, rtol = norm_tolerance(exercise, x.dtype)
         if x.dtype == torch.float64 and atol is None and not _close(got, expected, *tolerance(x.dtype)) \
                 and _close(got, expected, *RMS_FLOAT64_TOL):  # right, but only to float32 precision?
-            j.close(got, expected, oracle=oracle_name, hint=j.mistake_hint() or HINTS["float64_down"])
+            j.close(got, expected, oracle=oracle_name, hint=lambda: j.mistake_hint() or HINTS["float64_down"])
         j.close(got, expected, oracle=oracle_name, atol=atol, rtol=rtol,
                 tol_dtype=x.dtype if x.dtype in HALF else None)
 

@@ -198,7 +198,7 @@ def judge_moe_gradient(j: Judge, want: torch.Tensor, shape: tuple[int, ...], dty
     returned_tensor(j, 0, 1, n=3, names=MOE_GRAD_NAMES, shape=(n, want.size(0)), dtype=dtype)
     grad = j.tensor(0, 2, n=3, names=MOE_GRAD_NAMES, shape=tuple(want.shape))
     j.close(grad, want.to(grad.dtype), name="gate.weight.grad", index=2, atol=GRAD_TOL[0], rtol=GRAD_TOL[1],
-            oracle="the float64 gradient", hint=j.mistake_hint() or HINTS["router_gradient"])
+            oracle="the float64 gradient", hint=lambda: j.mistake_hint() or HINTS["router_gradient"])
 
 
 def _moe_grad_case(title: str, seed: int, shape: tuple[int, ...], d_ff: int, num_experts: int, top_k: int) -> Case:
@@ -223,7 +223,7 @@ def judge_sparse(j: Judge, y_want: torch.Tensor, shape: tuple[int, ...], dtype: 
                "NaN for the whole call then, whatever weight or mask is applied afterwards)",
                hint=HINTS["extra_rows"])  # many routing mistakes give NaN too: this names the part's rule
     atol, rtol = router_tolerance(dtype)
-    j.close(y, y_want.to(dtype), name="y", atol=atol, rtol=rtol, hint=j.mistake_hint() or HINTS["expert_parts"],
+    j.close(y, y_want.to(dtype), name="y", atol=atol, rtol=rtol, hint=lambda: j.mistake_hint() or HINTS["expert_parts"],
             oracle="Σ_e w_e·expert_e(x) with the check's experts (SwiGLU plus a marker vector)")
 
 
@@ -321,7 +321,7 @@ def judge_balance_gradient(j: Judge, want: torch.Tensor, dtype: torch.dtype) -> 
                     float32_ok=True)
     grad = j.tensor(0, 1, n=2, names=BALANCE_GRAD_NAMES, shape=tuple(want.shape))
     j.close(grad, want.to(grad.dtype), name="router_logits.grad", index=1, atol=GRAD_TOL[0], rtol=GRAD_TOL[1],
-            oracle="the gradient through P", hint=j.mistake_hint() or HINTS["f_gradient"])
+            oracle="the gradient through P", hint=lambda: j.mistake_hint() or HINTS["f_gradient"])
 
 
 def _balance_grad_case(title: str, logits: torch.Tensor, top_k: int, seed: int) -> Case:

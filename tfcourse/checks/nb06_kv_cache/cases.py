@@ -62,7 +62,7 @@ def step_tensors(j: Judge, call: int, count: int, what: str) -> list[torch.Tenso
         j.fail(f"{what}: got {o.type_name} where tensors (or None, or ints) were expected", hint=hint)
     if len(o.tensors) != count:
         j.fail(f"{what}: got {len(o.tensors)} tensors back; expected {count} (did a call return a tuple "
-               "of the wrong length, or None?)", hint=j.mistake_hint(call, check_shape_only=True))
+               "of the wrong length, or None?)", hint=lambda: j.mistake_hint(call, check_shape_only=True))
     return o.tensors
 
 
@@ -242,7 +242,7 @@ def judge_chunks(j: Judge, got: list[torch.Tensor], full: torch.Tensor, chunks: 
         else:
             where = f"call {i + 1} ({t} new token{'s' if t > 1 else ''} after {at} cached)"
         j.require(tuple(out.shape) == tuple(rows.shape), f"{what} of {where} has shape {tuple(out.shape)}; "
-                  f"expected {tuple(rows.shape)}", hint=j.mistake_hint(0, check_shape_only=True))
+                  f"expected {tuple(rows.shape)}", hint=lambda: j.mistake_hint(0, check_shape_only=True))
         j.require(out.dtype == dtype, f"{what} of {where} is {fmt_dtype(out.dtype)}; expected {fmt_dtype(dtype)}")
         j.close(out, rows, name=f"{what} of {where}", atol=atol, rtol=rtol,
                 oracle="the same computation in plain torch" if len(chunks) == 1
@@ -271,7 +271,7 @@ def _attn_full_case(title: str, seed: int, b: int, t: int, d: int, h: int, dtype
         else:
             out = j.tensor(shape=(b, t, d))
         j.require(tuple(out.shape) == (b, t, d), f"output has shape {tuple(out.shape)}; expected {(b, t, d)}",
-                  hint=j.mistake_hint(check_shape_only=True))
+                  hint=lambda: j.mistake_hint(check_shape_only=True))
         j.require(out.dtype == dtype, f"output is {fmt_dtype(out.dtype)}; expected {fmt_dtype(dtype)}, x's dtype")
         j.close(out, want.to(torch.float64), atol=atol, rtol=rtol,
                 oracle="F.scaled_dot_product_attention with RoPE (float64)")

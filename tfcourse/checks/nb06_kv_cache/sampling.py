@@ -272,7 +272,7 @@ def _generate_case(title: str, seed: int, b: int, t: int, n: int, part: str = "c
             bb, at = (int(i) for i in wrong[0])
             j.fail(f"token {at} of sequence {bb} (new token {at - t + 1} of {n}) is {int(got[bb, at])}; greedy "
                    f"decoding gives {int(want[bb, at])}", "(the probe model's next token depends on the whole "
-                   "history it sees through the caches; greedy margins >= 7 logits)", hint=j.mistake_hint())
+                   "history it sees through the caches; greedy margins >= 7 logits)", hint=lambda: j.mistake_hint())
 
     return make_case("generate", title, [call], error_hints(judge), seed=seed, part=part)
 
@@ -299,7 +299,7 @@ def calls_case(title: str, seed: int, use_cache: bool, b: int = 2, t: int = 4, n
             j.fail(f"token {at} of sequence {bb} (new token {at - t + 1} of {n}) is {int(got[bb, at])}; called as the "
                    f"task states ({stated}, no autograd), this probe gives {int(want[bb, at])}",
                    "(its logits depend on how it is called: the input's length, caches or None, autograd on or off)",
-                   hint=j.mistake_hint() or (None if use_cache else HINTS["gen_uncached_caches"]))
+                   hint=lambda: j.mistake_hint() or (None if use_cache else HINTS["gen_uncached_caches"]))
 
     return Case("generate", title, [call], error_hints(judge), seed=seed, mistakes=MISTAKES["generate"],
                 part="cache_use", reference=hidden, hidden=hidden)
@@ -396,7 +396,7 @@ def _bytes_case(title: str, rows: list[tuple[tuple, dict, int]]) -> Case:
             (got,) = step_tensors(j, i, 1, "the byte count")
             what = ", ".join([*map(str, args), *(f"{k}={v}" for k, v in kwargs.items())])
             j.require(int(got) == want, f"kv_cache_bytes({what}) = {int(got)}; expected {want} = 2·L·G·Dh·S·B·bytes",
-                      hint=j.mistake_hint(i), call=i)
+                      hint=lambda i=i: j.mistake_hint(i), call=i)
 
     return make_case("kv_cache_bytes", title, calls, judge)
 

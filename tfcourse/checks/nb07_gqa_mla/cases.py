@@ -138,7 +138,7 @@ def step_tensors(j: Judge, call: int, count: int, what: str) -> list[torch.Tenso
         j.fail(f"{what}: got {o.type_name} where tensors (or None, or ints) were expected")
     if len(o.tensors) != count:
         j.fail(f"{what}: got {len(o.tensors)} tensors back; expected {count} (did a call return a tuple of "
-               "the wrong length, or None?)", hint=j.mistake_hint(call, check_shape_only=True))
+               "the wrong length, or None?)", hint=lambda: j.mistake_hint(call, check_shape_only=True))
     return o.tensors
 
 
@@ -248,7 +248,7 @@ def judge_chunks(j: Judge, got: Sequence[torch.Tensor], full: torch.Tensor, chun
                                                        f"call {i + 1} ({t} new token{'s' if t > 1 else ''} after "
                                                        f"{at} cached)")
         j.require(tuple(out.shape) == tuple(rows.shape), f"{where} has shape {tuple(out.shape)}; expected "
-                  f"{tuple(rows.shape)}", hint=j.mistake_hint(0, check_shape_only=True))
+                  f"{tuple(rows.shape)}", hint=lambda: j.mistake_hint(0, check_shape_only=True))
         j.require(out.dtype == dtype, f"{where} is {fmt_dtype(out.dtype)}; expected {fmt_dtype(dtype)}")
         oracle = "the whole sequence without a cache" if len(chunks) > 1 else "the float64 oracle"
         j.close(out, rows, name=where, atol=atol, rtol=rtol, oracle=f"{oracle} (rows {at}..{at + t - 1})")
@@ -285,7 +285,7 @@ def _gqa_case(title: str, seed: int, b: int, d: int, h: int, g: int, dtype: torc
         if cached:
             k, n = got[len(chunks)], got[len(chunks) + 1]
             j.require(tuple(k.shape) == tuple(keys.shape), f"cache.k after the calls has shape {tuple(k.shape)}; "
-                      f"expected (B, G, S, Dh) = {tuple(keys.shape)}", hint=j.mistake_hint(0, check_shape_only=True))
+                      f"expected (B, G, S, Dh) = {tuple(keys.shape)}", hint=lambda: j.mistake_hint(0, check_shape_only=True))
             j.close(k, keys, name="cache.k after the calls", atol=atol, rtol=rtol,
                     oracle="the G KV heads' keys rotated at their positions")
             j.require(n.dim() == 0 and int(n) == s, f"cache.seq_len after the calls is {n.tolist()}; expected {s}")

@@ -192,7 +192,7 @@ def _mla_case(title: str, seed: int, *, b: int = 2, d: int = 16, h: int = 2, dc:
                                                                         "position")):
                 j.require(tuple(have.shape) == tuple(want.shape), f"cache.{name} after the calls has shape "
                           f"{tuple(have.shape)}; expected {tuple(want.shape)} (B, S, {'Dc' if name == 'c_kv' else 'dr'})",
-                          hint=j.mistake_hint(0, check_shape_only=True))
+                          hint=lambda: j.mistake_hint(0, check_shape_only=True))
                 j.close(have, want, name=f"cache.{name} after the calls", atol=atol, rtol=rtol, oracle=what)
             j.require(n.dim() == 0 and int(n) == s, f"cache.seq_len after the calls is {n.tolist()}; expected {s}")
         if absorb:
@@ -250,7 +250,7 @@ def _bytes_case(title: str, rows: list[tuple[tuple, dict, int, str]]) -> Case:
             what = ", ".join([*map(repr, args), *(f"{k}={v}" for k, v in kwargs.items())])
             (got,) = step_tensors(j, i, 1, "the byte count")
             j.require(int(got) == want, f"attention_cache_bytes_per_token({what}) = {int(got)}; expected {want} = "
-                      f"{formula}", hint=j.mistake_hint(i))
+                      f"{formula}", hint=lambda i=i: j.mistake_hint(i))
 
     return make_case("attention_cache_bytes_per_token", title, calls, judge)
 

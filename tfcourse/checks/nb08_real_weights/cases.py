@@ -176,7 +176,7 @@ def decoder_case(config: str, seed: int, ids: torch.Tensor, *, quantized: bool =
         if is_tied != tied:
             j.fail("lm_head.weight is tok_emb.weight is False after loading a tied model: they are two "
                    "Parameters now" if tied else "an untied model came back tied",
-                   hint=j.mistake_hint())
+                   hint=lambda: j.mistake_hint())
         want = hf_llama_logits(config, seed, quantized, tuple(map(tuple, ids.tolist())))
         j.close(logits, want, name="logits", atol=DECODER_ATOL, rtol=0, oracle="transformers' LlamaForCausalLM")
         j.require(torch.equal(again, logits), "the model you were given and the model you returned give other "

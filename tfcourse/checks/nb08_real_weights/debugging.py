@@ -52,16 +52,16 @@ def divergence_case(title: str, expected: int | None, model_b: dict, *, model_a:
             j.fail(f"returned {answer}; expected a Python int (a block index) or None",
                    hint="return a Python int (int(i)) or None, not a tensor or a float")
         if answer != expected:
-            j.fail(f"returned {answer}; expected {expected}", hint=j.mistake_hint())
+            j.fail(f"returned {answer}; expected {expected}", hint=lambda: j.mistake_hint())
         if state:
             for name, kw, t in (("model_a", a_kwargs, o.tensors[1]), ("model_b", b_kwargs, o.tensors[2])):
                 want = probes._state_numbers(probes.divergence_model(**kw))
                 if int(t[0]) != int(want[0]):
                     j.fail(f"{name} has {int(t[0])} forward hook(s) left after the call; expected {int(want[0])}",
-                           hint=j.mistake_hint())
+                           hint=lambda: j.mistake_hint())
                 if bool(t[1]) != bool(want[1]):
                     j.fail(f"{name}.training is {bool(t[1])} after the call; it was {bool(want[1])}",
-                           hint=j.mistake_hint())
+                           hint=lambda: j.mistake_hint())
                 if not torch.isclose(t[2], want[2], rtol=1e-12, atol=0):
                     j.fail(f"{name}'s parameters changed during the call (Σ|p| {float(t[2]):.9g}, was "
                            f"{float(want[2]):.9g})")

@@ -316,6 +316,24 @@ def test_zygote_refuses_to_fork_with_threads_or_shared_memory():
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
+def test_the_numerics_reset_turns_deterministic_mode_off_and_imports_nothing_otherwise():
+    """Between calls a child restores torch's numeric flags. torch.use_deterministic_algorithms
+    imports torch._inductor (3 s) on its first call, so the reset calls it only for a learner who
+    turned the flag on; and the zygote's warm-up and the shape watcher import neither torch._inductor
+    nor torch._dynamo, which would be paid at every command's start."""
+    code = ("import sys, torch; sys.path.insert(0, 'grader/isolation'); import child, zygote;"
+            "zygote.warm(); reset = child._numerics_reset(torch, 0); reset();"
+            "from tfcourse.checks.evidence import watch_shapes;"
+            "start, stop, verdict = watch_shapes(((2, 2),)); start(); torch.nn.Linear(3, 2)(torch.ones(2, 3));"
+            "stop(None, None, None); assert verdict() is not None;"
+            "heavy = [m for m in ('torch._inductor', 'torch._dynamo') if m in sys.modules]; assert not heavy, heavy;"
+            "torch.use_deterministic_algorithms(True, warn_only=True); reset();"
+            "assert not torch.are_deterministic_algorithms_enabled();"
+            "assert not torch.is_deterministic_algorithms_warn_only_enabled(); print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
 # What a forked child checks about itself (the probe replaces softmax; each fact is printed as
 # name=True/False). TAG is written into /tmp, /dev/shm and a System V shared memory segment:
 # the next fork of the same zygote must find none of them.

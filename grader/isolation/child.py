@@ -177,7 +177,10 @@ def _numerics_reset(torch, seed: int):
     set_threads, set_dtype, set_grad = torch.set_num_threads, torch.set_default_dtype, torch.set_grad_enabled
     set_precision, manual_seed = torch.set_float32_matmul_precision, torch.manual_seed
     set_default_device = getattr(torch, "set_default_device", None)
-    deterministic = torch.use_deterministic_algorithms
+    # torch.use_deterministic_algorithms imports torch._inductor (about 800 modules, 3 s) on its
+    # first call: called only when the learner's code turned the flag on
+    deterministic, is_deterministic = torch.use_deterministic_algorithms, torch.are_deterministic_algorithms_enabled
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled
     filters = list(warnings.filters)
 
     def reset_numerics() -> None:
@@ -188,7 +191,8 @@ def _numerics_reset(torch, seed: int):
             set_precision("highest")
             matmul.allow_tf32 = False
             cudnn.allow_tf32 = False
-            deterministic(False)
+            if is_deterministic() or warn_only():
+                deterministic(False)
             if set_default_device is not None:
                 set_default_device(None)
             warnings.filters[:] = filters

@@ -57,11 +57,12 @@ def warm() -> None:
 
     import tfcourse.checks.wire  # noqa: F401
 
-    # What child.py's reset_numerics and the first backward import lazily (about 800 modules,
-    # 2.5 s: torch.set_default_device pulls in sympy): once here, not in every fork.
+    # What child.py's reset_numerics and the first backward import lazily: once here, not in
+    # every fork. (Not torch.use_deterministic_algorithms: it imports torch._inductor and
+    # torch._dynamo, 3 s, and reset_numerics calls it only for a learner who turned it on; the
+    # checks' shape watcher keeps torch from importing torch._dynamo, tfcourse.checks.evidence.)
     if hasattr(torch, "set_default_device"):
         torch.set_default_device(None)
-    torch.use_deterministic_algorithms(False)
     torch.set_float32_matmul_precision("highest")
     torch.manual_seed(0)
     x = torch.randn(3, requires_grad=True)

@@ -593,7 +593,7 @@ torch.backends.cuda.matmul.allow_tf32 = True
 torch.backends.cudnn.allow_tf32 = True
 torch.set_float32_matmul_precision("medium")
 @@SOLUTION@@""",
-    "causal_mask": "torch.set_num_threads(8)\n@@SOLUTION@@",
+    "causal_mask": "torch.set_num_threads(8)\ntorch.use_deterministic_algorithms(True)\n@@SOLUTION@@",
     "padding_mask": "import random\nrandom.seed(7)\ntorch.manual_seed(7)\n@@SOLUTION@@",
 }
 

@@ -78,6 +78,13 @@ def _sealed_shape_watch() -> Any:
                 return out
 
         class _Operations(dispatch_base):  # type: ignore[valid-type, misc]
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                # TorchDispatchMode wraps a subclass's __torch_dispatch__ in torch._disable_dynamo
+                # unless this says False; the wrapper imports torch._dynamo (800 modules, 3 s) on
+                # the first call (only code under the watch that calls torch.compile would notice).
+                return False
+
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
                 if not found_below and (shape := forbidden(out, patterns)) is not None:

@@ -33,6 +33,9 @@ from .hints import Mistake, same_outcome
 from .outcome import FORBIDDEN_SHAPE, MODIFIED_INPUT, NO_GRADIENT, Outcome
 from .tolerance import tolerance
 
+__all__ = ["MAX_LINES", "Case", "CaseResult", "CheckFailed", "Hint", "Judge", "fmt_dtype", "fmt_num", "fmt_shape",
+           "judge_case", "not_a_python_int"]
+
 #: A failure's hint: the text, or a function giving it (or None) that runs only when the check
 #: fails. ``hint=lambda: j.mistake_hint()`` keeps a passing answer from running every catalogued
 #: mistake just to compute a hint nobody reads.
@@ -41,9 +44,6 @@ Hint = str | Callable[[], str | None] | None
 
 def _resolved(hint: Hint) -> str | None:
     return hint() if callable(hint) else hint
-
-__all__ = ["MAX_LINES", "Case", "CaseResult", "CheckFailed", "Judge", "fmt_dtype", "fmt_num", "fmt_shape",
-           "judge_case", "not_a_python_int"]
 
 
 MAX_LINES = 8

@@ -514,6 +514,15 @@ def _grade_with_stand_ins(nb: Notebook, verdicts: dict[str, ExerciseRow], to_run
                 f"  first run, with your own {used}:",
                 *("    " + line for line in verdict["feedback"].splitlines()),
             ])
+        # a test cell's own feedback from that run holds messages the code made: only its score stays
+        first_parts = {p["test_cell"]: p["feedback"] for p in verdict.get("parts", [])}
+        for part in again["parts"]:
+            if not part["passed"]:
+                part["feedback"] = "\n".join([
+                    f"✗ {part['test_cell']}: fails also with the course's {used} in place of yours; why is not "
+                    "shown from that run (it could read the course's code): run that check cell in your notebook",
+                    *(f"  first run, with your own {used}: " + line if i == 0 else "  " + line
+                      for i, line in enumerate(first_parts.get(part["test_cell"], "").splitlines()))])
         verdicts[name] = again
         stood[name] = callees
 

@@ -453,6 +453,10 @@ def test_nothing_of_the_stand_in_run_but_scores_reaches_the_report(graded):
     sdpa = graded["leak"]["scaled_dot_product_attention"]
     assert sdpa["score"] == 1.5, sdpa  # the core part, with the course's softmax in place of the NaN one
     assert "LEAK" not in sdpa["feedback"] and "def softmax" not in sdpa["feedback"], sdpa["feedback"]
+    for part in sdpa["parts"]:  # nor the test cells' own feedback (a JSON report and the gradebook show it)
+        assert "LEAK" not in part["feedback"] and "def softmax" not in part["feedback"], part
+    masks = next(p for p in sdpa["parts"] if p["test_cell"].endswith("__masks"))
+    assert "run that check cell in your notebook" in masks["feedback"], masks
     assert "test_scaled_dot_product_attention 1.5/1.5" in sdpa["feedback"]
     first = sdpa["feedback"].splitlines()[0]  # the score that counts, and why it is not all
     assert first.startswith("✗ scaled_dot_product_attention: test_scaled_dot_product_attention 1.5/1.5, "

@@ -14,6 +14,9 @@ are not skipped when they are missing, they fail.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +24,8 @@ import torch
 from tfcourse import pretrained as P
 from tfcourse.reference.nb03_positional_encodings import permute_for_rotate_half
 from tfcourse.reference.nb06_kv_cache import generate
+
+ROOT = Path(__file__).resolve().parents[1]
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 pytestmark = pytest.mark.nb08
@@ -94,6 +99,42 @@ def test_read_gguf_layout_and_metadata():
     for t in (q, tensors["token_embd.weight"]):
         assert t.dtype == torch.float32 and t.is_contiguous() and torch.isfinite(t).all()
     q.add_(0)  # writable (torch warns about read-only numpy memory otherwise)
+
+
+def test_a_warmed_file_is_handed_over_once_and_each_call_gets_its_own_tensors():
+    """warm_smollm2 (the grader's warm worker runs it before forking notebook 08's children):
+    the next read_gguf of the file gets exactly what a cold read gives, the one after that a
+    fresh dequantization, so one caller's in-place edits never reach another's tensors."""
+    from tfcourse import weight_files
+
+    path = P.smollm2_gguf_path()
+    cold, _ = P.read_gguf(path)
+    weight_files.warm_smollm2()
+    assert weight_files._WARM
+    handed, meta = P.read_gguf(str(path))  # a str path finds the same entry
+    assert not weight_files._WARM and meta["llama.block_count"] == 30
+    assert list(handed) == list(cold) and all(torch.equal(handed[n], cold[n]) for n in cold)
+    name = "blk.0.attn_q.weight"
+    before = handed[name].clone()
+    handed[name].mul_(0)
+    again, _ = P.read_gguf(path)
+    assert torch.equal(again[name], before) and again[name].data_ptr() != handed[name].data_ptr()
+    # the warmed reader stays, however many other files are read after it (the notebook's
+    # cases read several small ones before SmolLM2's config)
+    pinned = P.gguf_reader(path)
+    weight_files._cached_reader.cache_clear()
+    assert P.gguf_reader(path) is pinned
+
+
+def test_the_weight_file_readers_use_no_reference_solution():
+    """The grader's warm worker, which must never hold a reference solution, imports
+    tfcourse.weight_files for the warm-up; tfcourse.pretrained re-exports the same functions."""
+    code = ("import sys, tfcourse.weight_files as w; "
+            "leaked = [m for m in sys.modules if m.startswith('tfcourse.reference')]; assert not leaked, leaked; "
+            "import tfcourse.pretrained as p; assert p.read_gguf is w.read_gguf and p.gguf_reader is w.gguf_reader; "
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
 def test_gguf_reader_parses_what_gguf_s_own_reader_parses():

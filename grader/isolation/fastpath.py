@@ -152,7 +152,7 @@ class Zygote:
 
     def start(self, job: dict, fds: tuple[int, int]) -> ForkedChild:
         socket.send_fds(self.sock, [json.dumps(job).encode("utf-8")], list(fds))
-        reply = self._recv(30)
+        reply = self._recv(120 if job.get("warm") else 30)  # a warm-up runs first (a few seconds)
         kind, _, value = reply.partition(" ")
         if kind != "pid":
             raise ZygoteError(f"the warm worker did not fork ({reply or 'no answer'})")
@@ -228,10 +228,18 @@ def _get(key: tuple, box: sandbox.Sandbox, device: str) -> Zygote:
     return z
 
 
-def _view(box: sandbox.Sandbox, spec: views.Launch, job_dir: Path, *, device: str, scratch_mb: int) -> dict:
-    """What the zygote's fork needs to make this job's view (see the module docstring)."""
+# The zygote's warm-ups (zygote.WARM_UPS) a notebook's children use: the zygote runs them before
+# forking that notebook's first child, and every later fork inherits them.
+WARM_UPS = {"08_real_weights": ["smollm2"]}
+
+
+def _view(box: sandbox.Sandbox, spec: views.Launch, job_dir: Path, *, device: str, scratch_mb: int,
+          notebook: str | None = None) -> dict:
+    """What the zygote's fork needs to make this job's view (see the module docstring), and the
+    warm-ups the zygote runs first for ``notebook``."""
     scratch_bytes = max(1, scratch_mb) * 2**20
-    job = {"job": spec.job, "env": spec.env, "hidden": views.hidden_paths(), "view": box.mode}
+    job = {"job": spec.job, "env": spec.env, "hidden": views.hidden_paths(), "view": box.mode,
+           "warm": WARM_UPS.get(notebook or "", [])}
     if box.mode == "bwrap":
         keep = views.bwrap_tmp_binds()
         job["spec"] = {"keep": views._python_dirs()}
@@ -243,7 +251,7 @@ def _view(box: sandbox.Sandbox, spec: views.Launch, job_dir: Path, *, device: st
 
 
 def launch(box: sandbox.Sandbox, job_dir: Path, spec: views.Launch, channel: int, output: int,
-           *, device: str, scratch_mb: int) -> ForkedChild:
+           *, device: str, scratch_mb: int, notebook: str | None = None) -> ForkedChild:
     """Start the child of ``job_dir`` as a fork of a free zygote. Raises ZygoteError (then the
     caller runs the cold path, and the fast path stays off in this process)."""
     if Path(job_dir).resolve().parent != Path(views.jobs_folder()):
@@ -253,7 +261,7 @@ def launch(box: sandbox.Sandbox, job_dir: Path, spec: views.Launch, channel: int
     except (ZygoteError, OSError) as exc:
         _give_up(str(exc))
         raise ZygoteError(str(exc)) from exc
-    job = _view(box, spec, job_dir, device=device, scratch_mb=scratch_mb)
+    job = _view(box, spec, job_dir, device=device, scratch_mb=scratch_mb, notebook=notebook)
     try:
         child = z.start(job, (channel, output))
     except (ZygoteError, OSError) as exc:

@@ -260,7 +260,8 @@ def run_notebook(notebook: str, setup: str, cells: dict[str, str], cases: dict[s
             shutil.rmtree(job_dir / "work", ignore_errors=True)
             (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
             steps = len([c for c in cells if c not in skip_cells]) + len(pending)
-            current, died, results = _supervise(job_dir, box, limits, output, cap - len(output), device, steps)
+            current, died, results = _supervise(job_dir, box, limits, output, cap - len(output), device, steps,
+                                                notebook)
             dropped += died.pop("dropped", 0)
             _collect(results, cases, runs)
             if died.get("restart"):  # the child ran out of memory and asked for a fresh one
@@ -317,14 +318,14 @@ def _blame(current: tuple[str, str] | None, died: dict, pending: list[str], case
 
 
 def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: bytearray, cap: int,
-               device: str, steps: int):
+               device: str, steps: int, notebook: str | None = None):
     """Run one child to the end or until a limit; return (what it was doing, death info, results).
 
     Each progress line gives the next step (a cell, an exercise) ``limits.timeout`` seconds; once
     ready, the whole child never gets more than that for ``steps`` steps (plus one), so progress
     lines forged by learner code cannot keep it running."""
     read_end, write_end = os.pipe()
-    proc = _start_child(job_dir, box, limits, device, write_end)
+    proc = _start_child(job_dir, box, limits, device, write_end, notebook)
     channel = _Channel(read_end)
     channel.start()
     drain = _Drain(proc.stdout, max(0, cap))
@@ -341,7 +342,8 @@ def _supervise(job_dir: Path, box: sandbox.Sandbox, limits: Limits, output: byte
     return current, info, results
 
 
-def _start_child(job_dir: Path, box: sandbox.Sandbox, limits: Limits, device: str, write_end: int):
+def _start_child(job_dir: Path, box: sandbox.Sandbox, limits: Limits, device: str, write_end: int,
+                 notebook: str | None = None):
     """The child, started on the job: a fork of a warm zygote (fastpath.py) where that works,
     else a fresh process in the sandbox. ``write_end`` (the channel) is closed here once the
     child has it."""
@@ -351,7 +353,7 @@ def _start_child(job_dir: Path, box: sandbox.Sandbox, limits: Limits, device: st
         out_read, out_write = os.pipe()
         try:
             proc = fastpath.launch(box, job_dir, spec, write_end, out_write, device=device,
-                                   scratch_mb=limits.file_mb)
+                                   scratch_mb=limits.file_mb, notebook=notebook)
             proc.stdout = os.fdopen(out_read, "rb")
         except fastpath.ZygoteError:
             os.close(out_read)

@@ -76,6 +76,37 @@ def warm() -> None:
         raise SystemExit(f"tfcourse zygote: warm-up imported {leaked}")
 
 
+# What a job may ask the zygote to prepare before forking it, for it and every later fork: public,
+# learner-independent work its children would each redo (notebook 08's: SmolLM2's file parsed and
+# dequantized, about 2 s per child). Each is done at most once; one that fails is not retried (the
+# children then do the work themselves, and fail or not as they would have).
+WARM_UPS = {"smollm2": ("tfcourse.weight_files", "warm_smollm2")}
+_warmed: set[str] = set()
+
+
+def warm_up(names: list) -> None:
+    """Run the warm-ups ``names`` (keys of WARM_UPS; others are ignored) not yet run here."""
+    import importlib
+
+    todo = [n for n in dict.fromkeys(names) if isinstance(n, str) and n in WARM_UPS and n not in _warmed]
+    if not todo:
+        return
+    for name in todo:
+        _warmed.add(name)
+        module, function = WARM_UPS[name]
+        try:
+            getattr(importlib.import_module(module), function)()
+        except Exception as exc:  # noqa: BLE001 - the children do it themselves
+            _report(exc)
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    leaked = [m for m in sys.modules if m.startswith("tfcourse.reference")]
+    if leaked:
+        raise SystemExit(f"tfcourse zygote: warm-up imported {leaked}")
+
+
 def unsafe_to_fork() -> str:
     """Why forking now would not give an independent child ("" when it would)."""
     threads = len(os.listdir("/proc/self/task"))
@@ -264,6 +295,7 @@ def serve(control: socket.socket) -> None:
         if not line:
             return
         job = json.loads(line)
+        warm_up(job.get("warm", []))
         why = unsafe_to_fork()
         if why or len(fds) != 2:
             for fd in fds:

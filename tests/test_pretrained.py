@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from tfcourse import pretrained as P
+from tfcourse import weight_files
 from tfcourse.reference.nb03_positional_encodings import permute_for_rotate_half
 from tfcourse.reference.nb06_kv_cache import generate
 
@@ -105,8 +106,6 @@ def test_a_warmed_file_is_handed_over_once_and_each_call_gets_its_own_tensors():
     """warm_smollm2 (the grader's warm worker runs it before forking notebook 08's children):
     the next read_gguf of the file gets exactly what a cold read gives, the one after that a
     fresh dequantization, so one caller's in-place edits never reach another's tensors."""
-    from tfcourse import weight_files
-
     path = P.smollm2_gguf_path()
     cold, _ = P.read_gguf(path)
     weight_files.warm_smollm2()
@@ -133,7 +132,30 @@ def test_the_weight_file_readers_use_no_reference_solution():
             "leaked = [m for m in sys.modules if m.startswith('tfcourse.reference')]; assert not leaked, leaked; "
             "import tfcourse.pretrained as p; assert p.read_gguf is w.read_gguf and p.gguf_reader is w.gguf_reader; "
             "print('ok')")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    _prints_ok(code)
+
+
+def test_the_zygote_warms_notebook_08_once_without_reference_code_and_stays_safe_to_fork():
+    """A job for notebook 08 asks the zygote to warm SmolLM2's file (fastpath.WARM_UPS): it is
+    parsed and dequantized once, in the zygote, before the fork; no reference module comes with
+    it, the zygote still has one thread and no writable shared mapping (the file's memory map is
+    read-only), an unknown warm-up is ignored and a failing one is only reported."""
+    code = ("import sys; sys.path.insert(0, 'grader/isolation'); import zygote;"
+            "zygote.warm(); zygote.warm_up(['smollm2', 'no-such-warm-up']);"
+            "from tfcourse import weight_files as w; assert len(w._WARM) == 1; key, = w._WARM;"
+            "assert zygote.unsafe_to_fork() == '', zygote.unsafe_to_fork();"
+            "leaked = [m for m in sys.modules if m.startswith('tfcourse.reference')]; assert not leaked, leaked;"
+            "w._WARM.clear(); zygote.warm_up(['smollm2']); assert not w._WARM and len(w._PINNED) == 1;"  # once per zygote
+            "zygote.WARM_UPS['broken'] = ('tfcourse.weight_files', 'no_such_function'); zygote.warm_up(['broken']);"
+            "from grader.isolation import fastpath; assert set(fastpath.WARM_UPS['08_real_weights']) <= set(zygote.WARM_UPS);"
+            "print('ok')")
+    _prints_ok(code, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")  # as the zygote's environment (views.child_env)
+
+
+def _prints_ok(code: str, **env: str) -> None:
+    """Run ``code`` in a fresh interpreter from the checkout, with ``env`` added; it must print ok."""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **env})
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
@@ -156,7 +178,7 @@ def test_gguf_reader_parses_what_gguf_s_own_reader_parses():
 
 
 def test_missing_package_names_the_install_command(monkeypatch):
-    monkeypatch.setattr(P.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(weight_files.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(FileNotFoundError, match="requirements-weights.txt"):
         P.smollm2_gguf_path()
     with pytest.raises(FileNotFoundError, match="--no-deps"):

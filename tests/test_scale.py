@@ -315,24 +315,6 @@ def test_zygote_refuses_to_fork_with_threads_or_shared_memory():
     _prints_ok(code)
 
 
-@pytest.mark.nb08
-def test_the_zygote_warms_notebook_08_once_without_reference_code_and_stays_safe_to_fork():
-    """A job for notebook 08 asks the zygote to warm SmolLM2's file (fastpath.WARM_UPS): it is
-    parsed and dequantized once, in the zygote, before the fork; no reference module comes with
-    it, the zygote still has one thread and no writable shared mapping (the file's memory map is
-    read-only), an unknown warm-up is ignored and a failing one is only reported."""
-    code = ("import sys; sys.path.insert(0, 'grader/isolation'); import zygote;"
-            "zygote.warm(); zygote.warm_up(['smollm2', 'no-such-warm-up']);"
-            "from tfcourse import weight_files as w; assert len(w._WARM) == 1; key, = w._WARM;"
-            "assert zygote.unsafe_to_fork() == '', zygote.unsafe_to_fork();"
-            "leaked = [m for m in sys.modules if m.startswith('tfcourse.reference')]; assert not leaked, leaked;"
-            "w._WARM.clear(); zygote.warm_up(['smollm2']); assert not w._WARM and len(w._PINNED) == 1;"  # once per zygote
-            "zygote.WARM_UPS['broken'] = ('tfcourse.weight_files', 'no_such_function'); zygote.warm_up(['broken']);"
-            "from grader.isolation import fastpath; assert set(fastpath.WARM_UPS['08_real_weights']) <= set(zygote.WARM_UPS);"
-            "print('ok')")
-    _prints_ok(code)
-
-
 def _prints_ok(code: str) -> None:
     """Run ``code`` in a fresh interpreter from the checkout; it must print ok."""
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -147,7 +147,9 @@ def test_the_zygote_warms_notebook_08_once_without_reference_code_and_stays_safe
             "leaked = [m for m in sys.modules if m.startswith('tfcourse.reference')]; assert not leaked, leaked;"
             "w._WARM.clear(); zygote.warm_up(['smollm2']); assert not w._WARM and len(w._PINNED) == 1;"  # once per zygote
             "zygote.WARM_UPS['broken'] = ('tfcourse.weight_files', 'no_such_function'); zygote.warm_up(['broken']);"
-            "from grader.isolation import fastpath; assert set(fastpath.WARM_UPS['08_real_weights']) <= set(zygote.WARM_UPS);"
+            "from grader.isolation import fastpath; assert set(fastpath.warm_ups('08_real_weights', 0)) <= set(zygote.WARM_UPS);"
+            "assert fastpath.warm_ups('08_real_weights', 4096) and not fastpath.warm_ups('08_real_weights', 2048);"
+            "assert not fastpath.warm_ups('07_gqa_mla', 0);"
             "print('ok')")
     _prints_ok(code, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")  # as the zygote's environment (views.child_env)
 

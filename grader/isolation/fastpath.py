@@ -229,17 +229,27 @@ def _get(key: tuple, box: sandbox.Sandbox, device: str) -> Zygote:
 
 
 # The zygote's warm-ups (zygote.WARM_UPS) a notebook's children use: the zygote runs them before
-# forking that notebook's first child, and every later fork inherits them.
+# forking that notebook's first child, and every later fork inherits them, also their address
+# space (SmolLM2's: about 680 MiB), which counts against each child's --memory limit. So they run
+# only with no limit or a limit of at least WARM_MEMORY_MB (torch itself needs about 650 MiB).
 WARM_UPS = {"08_real_weights": ["smollm2"]}
+WARM_MEMORY_MB = 3072
+
+
+def warm_ups(notebook: str | None, memory_mb: int) -> list[str]:
+    """The warm-ups a zygote runs before forking a child of ``notebook`` under ``memory_mb``."""
+    if memory_mb and memory_mb < WARM_MEMORY_MB:
+        return []
+    return list(WARM_UPS.get(notebook or "", []))
 
 
 def _view(box: sandbox.Sandbox, spec: views.Launch, job_dir: Path, *, device: str, scratch_mb: int,
-          notebook: str | None = None) -> dict:
+          warm: list[str] | None = None) -> dict:
     """What the zygote's fork needs to make this job's view (see the module docstring), and the
-    warm-ups the zygote runs first for ``notebook``."""
+    warm-ups the zygote runs first."""
     scratch_bytes = max(1, scratch_mb) * 2**20
     job = {"job": spec.job, "env": spec.env, "hidden": views.hidden_paths(), "view": box.mode,
-           "warm": WARM_UPS.get(notebook or "", [])}
+           "warm": warm or []}
     if box.mode == "bwrap":
         keep = views.bwrap_tmp_binds()
         job["spec"] = {"keep": views._python_dirs()}
@@ -251,9 +261,10 @@ def _view(box: sandbox.Sandbox, spec: views.Launch, job_dir: Path, *, device: st
 
 
 def launch(box: sandbox.Sandbox, job_dir: Path, spec: views.Launch, channel: int, output: int,
-           *, device: str, scratch_mb: int, notebook: str | None = None) -> ForkedChild:
-    """Start the child of ``job_dir`` as a fork of a free zygote. Raises ZygoteError (then the
-    caller runs the cold path, and the fast path stays off in this process)."""
+           *, device: str, scratch_mb: int, notebook: str | None = None, memory_mb: int = 0) -> ForkedChild:
+    """Start the child of ``job_dir`` (a job of ``notebook``, under a ``memory_mb`` limit) as a
+    fork of a free zygote. Raises ZygoteError (then the caller runs the cold path, and the fast
+    path stays off in this process)."""
     if Path(job_dir).resolve().parent != Path(views.jobs_folder()):
         raise ZygoteError(f"{job_dir} is not in the jobs folder {views.jobs_folder()}")
     try:
@@ -261,7 +272,7 @@ def launch(box: sandbox.Sandbox, job_dir: Path, spec: views.Launch, channel: int
     except (ZygoteError, OSError) as exc:
         _give_up(str(exc))
         raise ZygoteError(str(exc)) from exc
-    job = _view(box, spec, job_dir, device=device, scratch_mb=scratch_mb, notebook=notebook)
+    job = _view(box, spec, job_dir, device=device, scratch_mb=scratch_mb, warm=warm_ups(notebook, memory_mb))
     try:
         child = z.start(job, (channel, output))
     except (ZygoteError, OSError) as exc:

@@ -353,7 +353,8 @@ def _start_child(job_dir: Path, box: sandbox.Sandbox, limits: Limits, device: st
         out_read, out_write = os.pipe()
         try:
             proc = fastpath.launch(box, job_dir, spec, write_end, out_write, device=device,
-                                   scratch_mb=limits.file_mb, notebook=notebook)
+                                   scratch_mb=limits.file_mb, notebook=notebook,
+                                   memory_mb=0 if device.startswith("cuda") else limits.memory_mb)
             proc.stdout = os.fdopen(out_read, "rb")
         except fastpath.ZygoteError:
             os.close(out_read)

@@ -91,7 +91,8 @@ def gguf_reader(path: str | os.PathLike):
     if not path.is_file():
         raise FileNotFoundError(path)
     key = _reader_key(path)
-    return _PINNED.get(key) or _cached_reader(*key)
+    pinned = _PINNED.get(key)
+    return pinned if pinned is not None else _cached_reader(*key)
 
 
 def _reader_key(path: Path) -> tuple[str, int, int]:

@@ -179,7 +179,8 @@ def warm_smollm2() -> None:
     so each child's first ``read_gguf`` of the file (the learner's loader) costs a dictionary
     lookup instead of about 2 s of parsing and dequantizing; what the child gets is the same
     tensors, its own to change (a fork's writes are its own copy), and a second call in the same
-    process dequantizes afresh. It uses about 0.5 GB (float32 weights) until that first call.
+    process dequantizes afresh. The process that calls it holds about 680 MiB more (the float32
+    weights and the parsed header).
     Raises FileNotFoundError when the weights are not installed.
     """
     path = smollm2_gguf_path()

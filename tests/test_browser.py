@@ -290,6 +290,13 @@ def test_learner_notebook_in_jupyterlab(notebook, lab, page):
                 " return wanted.every(i => cells[i] && cells[i].querySelector('.jp-OutputArea img')); }",
                 arg=[CODE_CELLS, figure_cells], timeout=FIGURE_TIMEOUT_S * 1000)
         images = cells.evaluate_all(count_images)
+        for i in (i for i in figure_cells if images[i] == 0):
+            # an off-screen widget cell may draw only once it is in view, as when a learner scrolls
+            # to it (a clean-clone CI run saw 05's figures still blank 60 s after Run All)
+            cells.nth(i).scroll_into_view_if_needed()
+            with contextlib.suppress(sync_api.TimeoutError):
+                cells.nth(i).locator(".jp-OutputArea img").first.wait_for(timeout=30_000)
+        images = cells.evaluate_all(count_images)
         blank = [code[i].source.splitlines()[0] for i in figure_cells if images[i] == 0]
         assert not blank, f"figure cells that show no image {FIGURE_TIMEOUT_S} s after Run All: {blank}"
 

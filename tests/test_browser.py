@@ -295,7 +295,7 @@ def test_learner_notebook_in_jupyterlab(notebook, lab, page):
             # to it (a clean-clone CI run saw 05's figures still blank 60 s after Run All)
             cells.nth(i).scroll_into_view_if_needed()
             with contextlib.suppress(sync_api.TimeoutError):
-                cells.nth(i).locator(".jp-OutputArea img").first.wait_for(timeout=30_000)
+                cells.nth(i).locator(".jp-OutputArea img").first.wait_for(timeout=FIGURE_TIMEOUT_S * 1000)
         images = cells.evaluate_all(count_images)
         blank = [code[i].source.splitlines()[0] for i in figure_cells if images[i] == 0]
         assert not blank, f"figure cells that show no image {FIGURE_TIMEOUT_S} s after Run All: {blank}"

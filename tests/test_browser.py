@@ -298,7 +298,7 @@ def test_learner_notebook_in_jupyterlab(notebook, lab, page):
                 cells.nth(i).locator(".jp-OutputArea img").first.wait_for(timeout=FIGURE_TIMEOUT_S * 1000)
         images = cells.evaluate_all(count_images)
         blank = [code[i].source.splitlines()[0] for i in figure_cells if images[i] == 0]
-        assert not blank, f"figure cells that show no image {FIGURE_TIMEOUT_S} s after Run All: {blank}"
+        assert not blank, f"figure cells that show no image {FIGURE_TIMEOUT_S} s after Run All, nor scrolled into view: {blank}"
 
     widget_cells = [i for i, c in enumerate(code) if "interactive_plot(" in c.source]
     for i in widget_cells:

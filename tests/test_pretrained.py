@@ -136,7 +136,7 @@ def test_the_weight_file_readers_use_no_reference_solution():
 
 
 def test_the_zygote_warms_notebook_08_once_without_reference_code_and_stays_safe_to_fork():
-    """A job for notebook 08 asks the zygote to warm SmolLM2's file (fastpath.WARM_UPS): it is
+    """A job for notebook 08 asks the zygote to warm SmolLM2's file (fastpath.NOTEBOOK_WARM_UPS): it is
     parsed and dequantized once, in the zygote, before the fork; no reference module comes with
     it, the zygote still has one thread and no writable shared mapping (the file's memory map is
     read-only), an unknown warm-up is ignored and a failing one is only reported."""

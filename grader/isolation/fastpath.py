@@ -232,7 +232,7 @@ def _get(key: tuple, box: sandbox.Sandbox, device: str) -> Zygote:
 # forking that notebook's first child, and every later fork inherits them, also their address
 # space (SmolLM2's: about 680 MiB), which counts against each child's --memory limit. So they run
 # only with no limit or a limit of at least WARM_MEMORY_MB (torch itself needs about 650 MiB).
-WARM_UPS = {"08_real_weights": ["smollm2"]}
+NOTEBOOK_WARM_UPS = {"08_real_weights": ["smollm2"]}
 WARM_MEMORY_MB = 3072
 
 
@@ -240,7 +240,7 @@ def warm_ups(notebook: str | None, memory_mb: int) -> list[str]:
     """The warm-ups a zygote runs before forking a child of ``notebook`` under ``memory_mb``."""
     if memory_mb and memory_mb < WARM_MEMORY_MB:
         return []
-    return list(WARM_UPS.get(notebook or "", []))
+    return list(NOTEBOOK_WARM_UPS.get(notebook or "", []))
 
 
 def _view(box: sandbox.Sandbox, spec: views.Launch, job_dir: Path, *, device: str, scratch_mb: int,

@@ -69,6 +69,11 @@ def warm() -> None:
     # A backward given a gradient (what the checks' gradient cases call) makes torch import
     # torch.fx's symbolic shapes, sympy and torch._refs (about 480 modules, 0.4-1 s): once here.
     (x * x).backward(torch.ones(3))
+    _settle()
+
+
+def _settle() -> None:
+    """After a warm-up: freeze what it made, and assert it imported no reference module."""
     import gc
 
     gc.collect()
@@ -100,13 +105,7 @@ def warm_up(names: list) -> None:
             getattr(importlib.import_module(module), function)()
         except Exception as exc:  # noqa: BLE001 - the children do it themselves
             _report(exc)
-    import gc
-
-    gc.collect()
-    gc.freeze()
-    leaked = [m for m in sys.modules if m.startswith("tfcourse.reference")]
-    if leaked:
-        raise SystemExit(f"tfcourse zygote: warm-up imported {leaked}")
+    _settle()
 
 
 def unsafe_to_fork() -> str:
